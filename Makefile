@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+# The two commands users type. Each installs what is missing, configures and builds first.
+#   make demo   tune-free training run of the default workload (fmnist-cnn on Fashion-MNIST)
+#   make test   the whole test suite through ctest
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build test demo bench clean
+all: build
+
+deps:
+	@scripts/install-deps > /dev/null
+
+build: deps
+	@scripts/configure "$(BUILD)"
+	@cmake --build "$(BUILD)" --parallel $(JOBS)
+
+test: build
+	@cd "$(BUILD)" && ctest --output-on-failure --parallel $(JOBS) --timeout 900
+
+demo: build
+	@scripts/demo "$(BUILD)"
+
+bench: deps
+	@scripts/configure "$(BUILD)" -DSATURATE_BUILD_BENCH=ON
+	@cmake --build "$(BUILD)" --parallel $(JOBS)
+
+clean:
+	rm -rf "$(BUILD)"

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+# find_package for every dependency, with a message that names the Debian package when one is
+# missing (scripts/install-deps installs them all).
+
+function(saturate_require pkg debian)
+  find_package(${pkg} ${ARGN} QUIET)
+  if(NOT ${pkg}_FOUND)
+    message(FATAL_ERROR "saturate: ${pkg} not found; run scripts/install-deps "
+                        "(or apt-get install ${debian})")
+  endif()
+endfunction()
+
+# LibTorch from PyPI's torch wheel: the Makefile passes
+# CMAKE_PREFIX_PATH=$(python -c 'import torch; print(torch.utils.cmake_prefix_path)').
+# The wheel is CUDA-enabled; its config looks for cuDNN, which pip keeps beside torch.
+if(SATURATE_PYTHON AND NOT CUDNN_LIBRARY_PATH)
+  execute_process(
+    COMMAND ${SATURATE_PYTHON} -c
+      "import os, nvidia.cudnn as c; d=os.path.dirname(c.__file__) if c.__file__ else list(c.__path__)[0]; print(d)"
+    OUTPUT_VARIABLE _cudnn_root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_cudnn_root AND EXISTS "${_cudnn_root}/include/cudnn.h")
+    file(GLOB _cudnn_lib "${_cudnn_root}/lib/libcudnn.so*")
+    list(GET _cudnn_lib 0 _cudnn_lib)
+    set(CUDNN_INCLUDE_PATH "${_cudnn_root}/include" CACHE PATH "cuDNN headers")
+    set(CUDNN_LIBRARY_PATH "${_cudnn_lib}" CACHE FILEPATH "cuDNN library")
+  endif()
+endif()
+find_package(Torch REQUIRED)
+if(Torch_VERSION VERSION_LESS 2.4)
+  message(FATAL_ERROR "saturate: LibTorch ${Torch_VERSION} is too old; saturate needs >= 2.4 "
+                      "(scripts/install-deps installs a pinned wheel)")
+endif()
+if(TARGET torch_cuda)
+  set(SATURATE_HAS_CUDA 1)
+else()
+  set(SATURATE_HAS_CUDA 0)
+endif()
+message(STATUS "saturate: LibTorch ${Torch_VERSION}, CUDA paths ${SATURATE_HAS_CUDA}")
+
+saturate_require(nlohmann_json nlohmann-json3-dev 3.9)
+saturate_require(spdlog libspdlog-dev)
+saturate_require(ZLIB zlib1g-dev)
+if(SATURATE_BUILD_CLI)
+  saturate_require(CLI11 libcli11-dev)
+endif()
+if(SATURATE_BUILD_TESTS)
+  saturate_require(GTest libgtest-dev)
+endif()
+if(SATURATE_BUILD_BENCH)
+  saturate_require(benchmark libbenchmark-dev)
+endif()
+find_package(Threads REQUIRED)

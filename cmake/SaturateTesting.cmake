@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: Apache-2.0
+include(GoogleTest)
+
+# saturate_add_test(NAME <module> SOURCES <files...> [LABELS <labels...>])
+# One GoogleTest executable per module, linked to the library and the fakes in tests/testing.
+function(saturate_add_test)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;LABELS" ${ARGN})
+  set(target saturate_${T_NAME}_test)
+  add_executable(${target} ${T_SOURCES})
+  target_link_libraries(${target} PRIVATE saturate saturate_testing GTest::gtest GTest::gtest_main
+                        saturate_warnings)
+  target_compile_definitions(${target} PRIVATE
+    SATURATE_TEST_FIXTURES_DIR="${PROJECT_BINARY_DIR}/tests/fixtures"
+    SATURATE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  saturate_use_pch(${target})
+  if(NOT T_LABELS)
+    set(T_LABELS unit)
+  endif()
+  gtest_discover_tests(${target} DISCOVERY_MODE PRE_TEST
+                       PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600)
+endfunction()

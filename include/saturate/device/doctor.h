@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// `saturate doctor`: checks the environment for what makes training slow or impossible (old
+// LibTorch, no GPU, reference BLAS, capped threads, missing data) and says how to fix each.
+//
+//   for (const auto& c : saturate::run_doctor({}, saturate::probe_devices()))
+//     std::cout << saturate::to_string(c.status) << "  " << c.name << ": " << c.detail << "\n";
+
+#include <string>
+#include <vector>
+
+#include "saturate/device/probe.h"
+
+namespace saturate {
+
+enum class CheckStatus { kOk, kWarn, kFail };
+
+struct DoctorCheck {
+  std::string name;  ///< "libtorch", "cuda", "blas", "threads", "onednn", "memory", "dataset"
+  CheckStatus status = CheckStatus::kOk;
+  std::string detail;  ///< what was found, one line
+  std::string fix;     ///< a command or flag that resolves it; empty when status is kOk
+};
+
+struct DoctorOptions {
+  /// Time a 512x512 float32 matmul (about 0.1-0.5 s) and warn when it is far below what the
+  /// usable cores should do.
+  bool measure_gemm = true;
+  /// The data the run would use: "fashion-mnist" checks its folder (SATURATE_FASHION_MNIST_DIR,
+  /// default /usr/share/datasets/fashion-mnist); "synthetic..." needs none; anything else is
+  /// taken as a path that must exist.
+  std::string data_spec = "fashion-mnist";
+};
+
+/// Runs every check in a fixed order. Reads OMP_NUM_THREADS, MKL_NUM_THREADS and
+/// SATURATE_FASHION_MNIST_DIR from the environment; everything else comes from `probe`.
+/// Never throws for what it finds: problems are checks with status kWarn or kFail.
+std::vector<DoctorCheck> run_doctor(const DoctorOptions& options, const DeviceProbe& probe);
+
+/// "ok" | "warn" | "fail".
+std::string to_string(CheckStatus s);
+
+}  // namespace saturate

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Model: one interface for the built-in zoo and TorchScript modules loaded from a file, so the
+// trainer, the tuner and the tools never care which one they hold.
+//
+//   auto model = saturate::make_model("fmnist-cnn", {/*shape=*/{1, 28, 28}, /*classes=*/10});
+//   model->to(device);
+//   at::Tensor logits = model->forward(batch.inputs);
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+namespace saturate {
+
+/// What a model is built for: the per-sample input shape and the number of classes.
+struct ModelInputs {
+  std::vector<int64_t> sample_shape;  ///< {C, H, W} for images, {D} for vectors
+  int64_t num_classes = 10;
+};
+
+/// A classification model: forward(inputs) returns logits [B, num_classes].
+/// Not thread-safe; one training thread owns it.
+class Model {
+ public:
+  virtual ~Model() = default;
+  /// "fmnist-cnn", "mlp", or "torchscript:<path>".
+  virtual std::string name() const = 0;
+  virtual at::Tensor forward(const at::Tensor& inputs) = 0;
+  /// Trainable parameters, in a stable order (the optimizer and checkpoints rely on it).
+  virtual std::vector<at::Tensor> parameters() = 0;
+  /// Every tensor of the model's state (parameters and buffers), in a stable order.
+  virtual std::vector<at::Tensor> state_tensors() = 0;
+  virtual void train(bool on = true) = 0;
+  virtual bool is_training() const = 0;
+  /// Moves parameters and buffers. Build the optimizer after this, not before.
+  virtual void to(const c10::Device& device) = 0;
+  /// Forward FLOPs per sample (multiply-add = 2), 0 when unknown (TorchScript).
+  virtual int64_t forward_flops_per_sample() const { return 0; }
+};
+
+/// Number of scalar parameters.
+int64_t count_parameters(Model& model);
+
+/// Builds a model from a spec: a built-in name ("mlp", "fmnist-cnn") or a TorchScript file
+/// ("torchscript:PATH", or any PATH ending in .pt/.pth). Throws saturate::Error for an unknown
+/// name (with a suggestion), a missing or unreadable file, or inputs the model cannot take.
+std::unique_ptr<Model> make_model(const std::string& spec, const ModelInputs& inputs);
+
+/// The built-in names, for help text and suggestions.
+std::vector<std::string> builtin_model_names();
+
+}  // namespace saturate

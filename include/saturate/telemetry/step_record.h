@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// StepRecord: what one training step did and where its time went. Plain data with no LibTorch
+// types, so everything downstream (sinks, diagnosis, tuner, reports) is testable anywhere.
+//
+//   StepRecord r; r.step = 12; r.samples = 64; r.forward_ms = 3.1; ... sink.on_step(r);
+
+#include <cstdint>
+
+namespace saturate {
+
+/// Exclusive phases of a step: together they account for the step's wall time.
+struct StepRecord {
+  int64_t step = 0;     ///< 0-based optimizer step index within the run.
+  int64_t epoch = 0;    ///< 0-based epoch the step's data came from.
+  int64_t samples = 0;  ///< samples consumed by this step (all micro-batches).
+  double data_wait_ms = 0.0;       ///< waiting for the next batch from the input pipeline.
+  double host_to_device_ms = 0.0;  ///< copying the batch to the device.
+  double forward_ms = 0.0;         ///< forward pass and loss.
+  double backward_ms = 0.0;        ///< backward pass.
+  double optimizer_ms = 0.0;       ///< unscale/clip/optimizer step/zero_grad.
+  double communication_ms = 0.0;   ///< gradient all-reduce (data-parallel runs).
+  double other_ms = 0.0;           ///< the rest of the step's wall time.
+  double step_ms = 0.0;            ///< wall time of the whole step; the phases sum to it.
+  double loss = 0.0;               ///< training loss of the step (mean over its samples).
+  double loss_scale = 1.0;         ///< dynamic loss scale in effect (1 without scaling).
+  double lr = 0.0;                 ///< learning rate used by the optimizer step.
+  bool is_skipped = false;         ///< optimizer step skipped (non-finite gradients).
+  int64_t mem_peak_bytes = 0;      ///< peak device memory during the step, 0 when unknown.
+};
+
+/// Sum of the phase fields, for checks that they account for step_ms.
+double phase_sum_ms(const StepRecord& r);
+
+}  // namespace saturate

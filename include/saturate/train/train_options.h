@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Options of a training run, with the defaults `saturate train` uses (its --help prints them
+// from here).
+//
+//   TrainOptions opts;  opts.batch_size = 128;  opts.optimizer = Optimizer::kSgd;
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace saturate {
+
+enum class OptimizerKind { kSgd, kAdamW };
+enum class ScheduleKind { kConstant, kCosine };
+
+/// "sgd" | "adamw"; throws saturate::Error with a suggestion otherwise.
+OptimizerKind parse_optimizer(const std::string& name);
+std::string to_string(OptimizerKind kind);
+/// "constant" | "cosine"
+ScheduleKind parse_schedule(const std::string& name);
+std::string to_string(ScheduleKind kind);
+
+struct TrainOptions {
+  int64_t batch_size = 64;
+  int64_t epochs = 1;          ///< used when steps == 0
+  int64_t steps = 0;           ///< optimizer steps; > 0 overrides epochs
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  double lr = 1e-3;            ///< peak learning rate (after warm-up)
+  double momentum = 0.9;       ///< SGD only
+  double weight_decay = 1e-4;
+  ScheduleKind schedule = ScheduleKind::kCosine;
+  int64_t warmup_steps = -1;   ///< linear LR warm-up; -1 = 2% of the run, at most 100 steps
+  uint64_t seed = 0;           ///< data order and (via seed_everything) initial weights
+  int64_t timing_warmup_steps = 10;  ///< steps excluded from steady-state samples/s
+  bool evaluate = true;        ///< evaluate on the test split at the end
+  int64_t eval_batch_size = 1000;
+
+  /// Throws saturate::Error naming the first invalid field (sizes <= 0, lr <= 0, ...).
+  void validate() const;
+  /// Optimizer steps for a dataset of `train_size` samples.
+  int64_t total_steps(int64_t train_size) const;
+  /// The warm-up length actually used for a run of `total_steps`.
+  int64_t resolved_warmup_steps(int64_t total_steps) const;
+};
+
+/// Seeds LibTorch's CPU (and, when present, CUDA) generators; call before building the model
+/// so the initial weights are reproducible.
+void seed_everything(uint64_t seed);
+
+}  // namespace saturate

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Trainer: runs the optimisation loop of one model on one device and reports each step to a
+// TelemetrySink, then evaluates on the test split.
+//
+//   seed_everything(opts.seed);
+//   auto model = make_model("fmnist-cnn", inputs);
+//   Trainer trainer(*model, opts, c10::Device("cpu"));
+//   TrainSummary s = trainer.fit(splits, &progress);
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "saturate/data/dataset.h"
+#include "saturate/telemetry/step_record.h"
+#include "saturate/train/train_options.h"
+
+namespace saturate {
+
+class Model;
+class TelemetrySink;
+
+struct EvalResult {
+  double accuracy = 0.0;  ///< fraction correct in [0, 1]
+  double loss = 0.0;      ///< mean cross-entropy
+  int64_t samples = 0;
+};
+
+/// Mean time per phase over the steady-state steps.
+struct PhaseBreakdown {
+  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
+         optimizer_ms = 0, other_ms = 0, step_ms = 0;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;            ///< optimizer steps taken
+  int64_t samples = 0;          ///< training samples consumed
+  double epochs = 0.0;          ///< samples / train size
+  double samples_per_s = 0.0;   ///< steady state: warm-up steps excluded, evaluation excluded
+  double train_wall_s = 0.0;    ///< wall time of the training loop (all steps)
+  double final_loss = 0.0;      ///< mean training loss over the last min(50, steps) steps
+  double test_accuracy = std::numeric_limits<double>::quiet_NaN();  ///< NaN when not evaluated
+  double test_loss = std::numeric_limits<double>::quiet_NaN();
+  PhaseBreakdown phases;
+  bool is_interrupted = false;  ///< stopped early through the stop flag
+};
+
+class Trainer {
+ public:
+  /// Moves the model to `device` and builds the optimizer. `model` must outlive the trainer.
+  Trainer(Model& model, TrainOptions options, c10::Device device);
+  ~Trainer();
+
+  /// Trains on `data.train` for options.steps (or epochs), then evaluates on `data.test` when
+  /// options.evaluate. Records go to `sink` (may be null). Stops after the current step when
+  /// `stop` becomes true. LibTorch errors propagate unchanged; a model whose parameters or
+  /// batch end up on another device fails with saturate::Error before the first step.
+  TrainSummary fit(const DatasetSplits& data, TelemetrySink* sink = nullptr,
+                   const std::atomic<bool>* stop = nullptr);
+
+  /// Accuracy and loss over `data` in eval mode without gradients; restores the train/eval mode.
+  EvalResult evaluate(const TensorDataset& data, double normalize_mean, double normalize_std);
+
+  const TrainOptions& options() const { return options_; }
+  const c10::Device& device() const { return device_; }
+
+ private:
+  struct State;
+  Model& model_;
+  TrainOptions options_;
+  c10::Device device_;
+  std::unique_ptr<State> state_;
+};
+
+/// Steady-state samples/s of `records`: samples over step time after the first `warmup_steps`
+/// (all records when there are no more than that).
+double steady_samples_per_s(const std::vector<StepRecord>& records, int64_t warmup_steps);
+
+}  // namespace saturate

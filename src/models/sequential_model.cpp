@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "models/sequential_model.h"
+
+#include <torch/torch.h>
+
+#include "saturate/core/error.h"
+
+namespace saturate::detail {
+namespace nn = torch::nn;
+
+SequentialModel::SequentialModel(std::string name, nn::Sequential net,
+                                 int64_t forward_flops_per_sample)
+    : name_(std::move(name)), net_(std::move(net)), flops_(forward_flops_per_sample) {}
+
+at::Tensor SequentialModel::forward(const at::Tensor& inputs) { return net_->forward(inputs); }
+
+std::vector<at::Tensor> SequentialModel::parameters() { return net_->parameters(); }
+
+std::vector<at::Tensor> SequentialModel::state_tensors() {
+  std::vector<at::Tensor> out = net_->parameters();
+  for (auto& b : net_->buffers()) out.push_back(b);
+  return out;
+}
+
+void SequentialModel::train(bool on) { net_->train(on); }
+bool SequentialModel::is_training() const { return net_->is_training(); }
+void SequentialModel::to(const c10::Device& device) { net_->to(device); }
+
+std::unique_ptr<Model> make_fmnist_cnn(const ModelInputs& in) {
+  SATURATE_CHECK(in.sample_shape.size() == 3, "model: fmnist-cnn takes images [C,H,W], got ",
+                 in.sample_shape.size(), "-d samples; use --model mlp for vectors");
+  const int64_t c = in.sample_shape[0], h = in.sample_shape[1], w = in.sample_shape[2];
+  SATURATE_CHECK(h >= 4 && w >= 4, "model: fmnist-cnn needs images of at least 4x4, got ", h, "x",
+                 w);
+  const int64_t h2 = h / 2, w2 = w / 2, h4 = h2 / 2, w4 = w2 / 2;
+  nn::Sequential net(
+      nn::Conv2d(nn::Conv2dOptions(c, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+      nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+      nn::Flatten(), nn::Linear(64 * h4 * w4, 128), nn::ReLU(), nn::Linear(128, in.num_classes));
+  // Multiply-adds count as 2 FLOPs; ReLU and pooling are negligible next to these.
+  const int64_t flops = 2 * (c * 9 * 32 * h * w) + 2 * (32 * 9 * 64 * h2 * w2) +
+                        2 * (64 * h4 * w4 * 128) + 2 * (128 * in.num_classes);
+  return std::make_unique<SequentialModel>("fmnist-cnn", std::move(net), flops);
+}
+
+std::unique_ptr<Model> make_mlp(const ModelInputs& in) {
+  SATURATE_CHECK(!in.sample_shape.empty(), "model: mlp needs a sample shape");
+  int64_t d = 1;
+  for (int64_t s : in.sample_shape) d *= s;
+  nn::Sequential net(nn::Flatten(), nn::Linear(d, 256), nn::ReLU(), nn::Linear(256, 128),
+                     nn::ReLU(), nn::Linear(128, in.num_classes));
+  const int64_t flops = 2 * (d * 256 + 256 * 128 + 128 * in.num_classes);
+  return std::make_unique<SequentialModel>("mlp", std::move(net), flops);
+}
+
+}  // namespace saturate::detail

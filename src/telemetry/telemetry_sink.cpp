@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/telemetry/telemetry_sink.h"
+
+namespace saturate {
+
+double phase_sum_ms(const StepRecord& r) {
+  return r.data_wait_ms + r.host_to_device_ms + r.forward_ms + r.backward_ms + r.optimizer_ms +
+         r.communication_ms + r.other_ms;
+}
+
+void MultiSink::add(TelemetrySink* sink) {
+  if (sink) sinks_.push_back(sink);
+}
+void MultiSink::on_begin(int64_t total_steps) {
+  for (auto* s : sinks_) s->on_begin(total_steps);
+}
+void MultiSink::on_step(const StepRecord& record) {
+  for (auto* s : sinks_) s->on_step(record);
+}
+void MultiSink::on_eval(int64_t step, const std::string& metric, double value) {
+  for (auto* s : sinks_) s->on_eval(step, metric, value);
+}
+void MultiSink::on_end() {
+  for (auto* s : sinks_) s->on_end();
+}
+
+}  // namespace saturate

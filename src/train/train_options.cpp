@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/train/train_options.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "saturate/core/error.h"
+#include "saturate/core/strings.h"
+
+namespace saturate {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  SATURATE_CHECK(false, "train: unknown optimizer '", name, "'", did_you_mean(name, {"sgd", "adamw"}));
+  return OptimizerKind::kSgd;
+}
+
+std::string to_string(OptimizerKind kind) { return kind == OptimizerKind::kSgd ? "sgd" : "adamw"; }
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "constant") return ScheduleKind::kConstant;
+  if (name == "cosine") return ScheduleKind::kCosine;
+  SATURATE_CHECK(false, "train: unknown schedule '", name, "'",
+                 did_you_mean(name, {"constant", "cosine"}));
+  return ScheduleKind::kConstant;
+}
+
+std::string to_string(ScheduleKind kind) {
+  return kind == ScheduleKind::kConstant ? "constant" : "cosine";
+}
+
+void TrainOptions::validate() const {
+  SATURATE_CHECK(batch_size > 0, "train: --batch-size must be positive, got ", batch_size);
+  SATURATE_CHECK(steps >= 0, "train: --steps must not be negative, got ", steps);
+  SATURATE_CHECK(steps > 0 || epochs > 0, "train: --epochs must be positive, got ", epochs);
+  SATURATE_CHECK(std::isfinite(lr) && lr > 0, "train: --lr must be a positive number, got ", lr);
+  SATURATE_CHECK(momentum >= 0 && momentum < 1, "train: --momentum must be in [0, 1), got ",
+                 momentum);
+  SATURATE_CHECK(weight_decay >= 0, "train: --weight-decay must not be negative, got ",
+                 weight_decay);
+  SATURATE_CHECK(warmup_steps >= -1, "train: --warmup-steps must be >= 0 (or -1 for auto), got ",
+                 warmup_steps);
+  SATURATE_CHECK(timing_warmup_steps >= 0, "train: timing warm-up must not be negative, got ",
+                 timing_warmup_steps);
+  SATURATE_CHECK(eval_batch_size > 0, "train: eval batch size must be positive, got ",
+                 eval_batch_size);
+}
+
+int64_t TrainOptions::total_steps(int64_t train_size) const {
+  if (steps > 0) return steps;
+  const int64_t per_epoch = (train_size + batch_size - 1) / batch_size;
+  return epochs * per_epoch;
+}
+
+int64_t TrainOptions::resolved_warmup_steps(int64_t total) const {
+  if (warmup_steps >= 0) return std::min(warmup_steps, total);
+  return std::min<int64_t>(100, total / 50);
+}
+
+void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
+
+}  // namespace saturate

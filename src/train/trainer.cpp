@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "saturate/core/error.h"
+#include "saturate/data/batch_iterator.h"
+#include "saturate/device/preflight.h"
+#include "saturate/models/model.h"
+#include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/train/lr_schedule.h"
+
+namespace saturate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,
+                                                        std::vector<at::Tensor> params) {
+  if (o.optimizer == OptimizerKind::kSgd) {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(params),
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  }
+  return std::make_unique<torch::optim::AdamW>(
+      std::move(params), torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+}
+
+// Waits for queued device work so host timestamps mean something on asynchronous devices.
+// On CPU every op has finished when it returns, so this costs nothing there.
+void sync_device(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+}  // namespace
+
+struct Trainer::State {
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+Trainer::Trainer(Model& model, TrainOptions options, c10::Device device)
+    : model_(model), options_(std::move(options)), device_(device), state_(new State) {
+  options_.validate();
+  model_.to(device_);
+  // Built after the move: the optimizer holds the parameters' device tensors.
+  state_->optimizer = make_optimizer(options_, model_.parameters());
+}
+
+Trainer::~Trainer() = default;
+
+TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
+                          const std::atomic<bool>* stop) {
+  const TensorDataset& train = data.train;
+  SATURATE_CHECK(train.size() > 0, "train: the training split of ", data.description,
+                 " is empty");
+  BatchIteratorOptions it_opts;
+  it_opts.batch_size = options_.batch_size;
+  it_opts.shuffle = true;
+  it_opts.seed = options_.seed;
+  it_opts.normalize_mean = data.normalize_mean;
+  it_opts.normalize_std = data.normalize_std;
+  BatchIterator batches(train, it_opts);
+
+  const int64_t total = options_.total_steps(train.size());
+  const int64_t warmup = options_.resolved_warmup_steps(total);
+  auto& optimizer = *state_->optimizer;
+  std::vector<StepRecord> records;
+  records.reserve(static_cast<size_t>(total));
+
+  if (sink) sink->on_begin(total);
+  model_.train(true);
+  int64_t epoch = 0;
+  batches.start_epoch(epoch);
+  TrainSummary summary;
+  const auto run_start = Clock::now();
+  for (int64_t step = 0; step < total; ++step) {
+    if (stop && stop->load()) {
+      summary.is_interrupted = true;
+      break;
+    }
+    StepRecord r;
+    r.step = step;
+    const auto t0 = Clock::now();
+    std::optional<Batch> batch = batches.next();
+    if (!batch) {
+      batches.start_epoch(++epoch);
+      batch = batches.next();
+      SATURATE_ASSERT(batch.has_value(), "an epoch with no batches");
+    }
+    r.epoch = epoch;
+    const auto t1 = Clock::now();
+    at::Tensor x = batch->inputs.to(device_, /*non_blocking=*/true);
+    at::Tensor y = batch->targets.to(device_, /*non_blocking=*/true);
+    if (step == 0) check_same_device(model_.parameters(), {x, y}, device_);
+    sync_device(device_);
+    const auto t2 = Clock::now();
+    r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
+    set_lr(optimizer, r.lr);
+    at::Tensor logits = model_.forward(x);
+    at::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+    sync_device(device_);
+    const auto t3 = Clock::now();
+    optimizer.zero_grad(/*set_to_none=*/true);
+    loss.backward();
+    sync_device(device_);
+    const auto t4 = Clock::now();
+    optimizer.step();
+    r.loss = loss.item<double>();
+    const auto t5 = Clock::now();
+    r.samples = batch->size;
+    r.data_wait_ms = ms_between(t0, t1);
+    r.host_to_device_ms = ms_between(t1, t2);
+    r.forward_ms = ms_between(t2, t3);
+    r.backward_ms = ms_between(t3, t4);
+    r.optimizer_ms = ms_between(t4, t5);
+    r.step_ms = ms_between(t0, t5);
+    r.other_ms = std::max(0.0, r.step_ms - phase_sum_ms(r));
+    records.push_back(r);
+    if (sink) sink->on_step(r);
+  }
+  summary.train_wall_s =
+      std::chrono::duration<double>(Clock::now() - run_start).count();
+
+  summary.steps = static_cast<int64_t>(records.size());
+  for (const auto& r : records) summary.samples += r.samples;
+  summary.epochs = static_cast<double>(summary.samples) / static_cast<double>(train.size());
+  summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
+  const size_t tail = std::min<size_t>(50, records.size());
+  double tail_loss = 0.0;
+  for (size_t i = records.size() - tail; i < records.size(); ++i) tail_loss += records[i].loss;
+  summary.final_loss = tail ? tail_loss / static_cast<double>(tail) : 0.0;
+
+  const size_t first = records.size() > static_cast<size_t>(options_.timing_warmup_steps)
+                           ? static_cast<size_t>(options_.timing_warmup_steps)
+                           : 0;
+  const double n = static_cast<double>(records.size() - first);
+  for (size_t i = first; i < records.size(); ++i) {
+    const auto& r = records[i];
+    summary.phases.data_wait_ms += r.data_wait_ms / n;
+    summary.phases.host_to_device_ms += r.host_to_device_ms / n;
+    summary.phases.forward_ms += r.forward_ms / n;
+    summary.phases.backward_ms += r.backward_ms / n;
+    summary.phases.optimizer_ms += r.optimizer_ms / n;
+    summary.phases.other_ms += r.other_ms / n;
+    summary.phases.step_ms += r.step_ms / n;
+  }
+
+  if (options_.evaluate && !summary.is_interrupted && data.test.size() > 0) {
+    EvalResult ev = evaluate(data.test, data.normalize_mean, data.normalize_std);
+    summary.test_accuracy = ev.accuracy;
+    summary.test_loss = ev.loss;
+    if (sink) {
+      sink->on_eval(summary.steps, "test_accuracy", ev.accuracy);
+      sink->on_eval(summary.steps, "test_loss", ev.loss);
+    }
+  }
+  if (sink) sink->on_end();
+  return summary;
+}
+
+EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
+                             double normalize_std) {
+  const bool was_training = model_.is_training();
+  model_.train(false);
+  torch::NoGradGuard no_grad;
+  BatchIteratorOptions it_opts;
+  it_opts.batch_size = options_.eval_batch_size;
+  it_opts.shuffle = false;
+  it_opts.normalize_mean = normalize_mean;
+  it_opts.normalize_std = normalize_std;
+  BatchIterator batches(data, it_opts);
+  batches.start_epoch(0);
+  EvalResult result;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  while (auto batch = batches.next()) {
+    at::Tensor x = batch->inputs.to(device_);
+    at::Tensor y = batch->targets.to(device_);
+    at::Tensor logits = model_.forward(x);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    result.samples += batch->size;
+  }
+  model_.train(was_training);
+  if (result.samples > 0) {
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
+    result.loss = loss_sum / static_cast<double>(result.samples);
+  }
+  return result;
+}
+
+double steady_samples_per_s(const std::vector<StepRecord>& records, int64_t warmup_steps) {
+  size_t first = static_cast<size_t>(std::max<int64_t>(0, warmup_steps));
+  if (records.size() <= first) first = 0;
+  double samples = 0.0, ms = 0.0;
+  for (size_t i = first; i < records.size(); ++i) {
+    samples += static_cast<double>(records[i].samples);
+    ms += records[i].step_ms;
+  }
+  return ms > 0 ? samples / (ms / 1000.0) : 0.0;
+}
+
+}  // namespace saturate

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/telemetry/console_progress.h"
+
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+namespace saturate {
+
+TEST(ConsoleProgress, FormatsBarLossThroughputAndEta) {
+  EXPECT_EQ(ConsoleProgress::format_line("train", 5, 10, 0.25, 1234.4, 12.0, 10),
+            "train [#####.....] 5/10  loss 0.2500  1234 samples/s  ETA 12.0 s");
+  EXPECT_EQ(ConsoleProgress::format_line("train", 3, 0, 1.0, 10, -1, 10),
+            "train step 3  loss 1.0000  10 samples/s");
+}
+
+TEST(ConsoleProgress, PrintsAboutTenLinesWhenNotATerminal) {
+  std::ostringstream out;
+  ConsoleProgress p(out, /*is_tty=*/false);
+  p.on_begin(100);
+  StepRecord r;
+  r.samples = 8;
+  r.step_ms = 1.0;
+  for (int i = 0; i < 100; ++i) p.on_step(r);
+  p.on_end();
+  const std::string text = out.str();
+  const auto lines = std::count(text.begin(), text.end(), '\n');
+  EXPECT_GE(lines, 10);
+  EXPECT_LE(lines, 12);
+  EXPECT_NE(text.find("100/100"), std::string::npos);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+}
+
+TEST(ConsoleProgress, RedrawsInPlaceOnATerminal) {
+  std::ostringstream out;
+  ConsoleProgress p(out, /*is_tty=*/true, "train", /*min_interval_ms=*/0.0);
+  p.on_begin(3);
+  StepRecord r;
+  r.samples = 1;
+  r.step_ms = 1.0;
+  for (int i = 0; i < 3; ++i) p.on_step(r);
+  p.on_end();
+  const std::string text = out.str();
+  EXPECT_NE(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.back(), '\n');
+}
+
+}  // namespace saturate

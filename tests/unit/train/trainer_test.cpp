@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/train/trainer.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "saturate/models/model.h"
+#include "saturate/telemetry/telemetry_sink.h"
+#include "testing/pattern_dataset.h"
+#include "testing/temp_dir.h"
+
+namespace saturate {
+namespace {
+
+TrainOptions small_run(int64_t steps) {
+  TrainOptions o;
+  o.batch_size = 32;
+  o.steps = steps;
+  o.lr = 3e-3;
+  o.timing_warmup_steps = 2;
+  o.eval_batch_size = 128;
+  return o;
+}
+
+struct RunResult {
+  TrainSummary summary;
+  std::vector<StepRecord> records;
+};
+
+RunResult run(const std::string& model_spec, const TrainOptions& o, const DatasetSplits& data,
+              const std::atomic<bool>* stop = nullptr) {
+  seed_everything(o.seed);
+  auto model = make_model(model_spec, {data.train.sample_shape(), data.train.num_classes});
+  Trainer trainer(*model, o, c10::Device("cpu"));
+  MemorySink sink;
+  RunResult r;
+  r.summary = trainer.fit(data, &sink, stop);
+  r.records = sink.records();
+  return r;
+}
+
+double mean_loss(const std::vector<StepRecord>& r, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += r[i].loss;
+  return s / static_cast<double>(end - begin);
+}
+
+}  // namespace
+
+TEST(Trainer, LearnsALearnableDataset) {
+  const auto data = testing::make_pattern_splits(512, 256);
+  const RunResult r = run("mlp", small_run(60), data);
+  EXPECT_EQ(r.summary.steps, 60);
+  EXPECT_EQ(r.summary.samples, 60 * 32);
+  EXPECT_GT(r.summary.test_accuracy, 0.9);
+  EXPECT_LT(mean_loss(r.records, 50, 60), 0.5 * mean_loss(r.records, 0, 10));
+  EXPECT_GT(r.summary.samples_per_s, 0.0);
+}
+
+TEST(Trainer, SameSeedGivesTheSameRunTwice) {
+  const auto data = testing::make_pattern_splits(256, 128);
+  TrainOptions o = small_run(20);
+  o.seed = 42;
+  const RunResult a = run("fmnist-cnn", o, data);
+  const RunResult b = run("fmnist-cnn", o, data);
+  ASSERT_EQ(a.records.size(), b.records.size());
+  for (size_t i = 0; i < a.records.size(); ++i)
+    EXPECT_EQ(a.records[i].loss, b.records[i].loss) << "step " << i;
+  EXPECT_EQ(a.summary.test_accuracy, b.summary.test_accuracy);
+  o.seed = 43;
+  const RunResult c = run("fmnist-cnn", o, data);
+  EXPECT_NE(a.records[0].loss, c.records[0].loss);
+}
+
+TEST(Trainer, PhasesAccountForTheWholeStep) {
+  const auto data = testing::make_pattern_splits(256, 64);
+  const RunResult r = run("mlp", small_run(10), data);
+  for (const auto& rec : r.records) {
+    EXPECT_NEAR(phase_sum_ms(rec), rec.step_ms, 1e-9 + 1e-6 * rec.step_ms);
+    EXPECT_GE(rec.data_wait_ms, 0.0);
+    EXPECT_GT(rec.forward_ms, 0.0);
+    EXPECT_GT(rec.backward_ms, 0.0);
+    EXPECT_GT(rec.lr, 0.0);
+    EXPECT_EQ(rec.samples, 32);
+  }
+}
+
+TEST(Trainer, CrossesEpochBoundariesWithTheLastPartialBatch) {
+  const auto data = testing::make_pattern_splits(80, 32);  // 32 + 32 + 16 per epoch
+  TrainOptions o = small_run(0);
+  o.epochs = 2;
+  const RunResult r = run("mlp", o, data);
+  ASSERT_EQ(r.summary.steps, 6);
+  EXPECT_EQ(r.records[2].samples, 16);
+  EXPECT_EQ(r.records[3].epoch, 1);
+  EXPECT_DOUBLE_EQ(r.summary.epochs, 2.0);
+}
+
+TEST(Trainer, StopsAfterTheCurrentStepWhenAsked) {
+  const auto data = testing::make_pattern_splits(256, 64);
+  std::atomic<bool> stop{true};
+  const RunResult r = run("mlp", small_run(50), data, &stop);
+  EXPECT_TRUE(r.summary.is_interrupted);
+  EXPECT_EQ(r.summary.steps, 0);
+  EXPECT_TRUE(std::isnan(r.summary.test_accuracy));
+}
+
+TEST(Trainer, TorchScriptFixtureTrainsAndItsLossFalls) {
+  const std::string path = testing::fixtures_dir() + "/tiny_cnn.pt";
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) GTEST_SKIP() << "fixture " << path << " was not generated";
+  const auto data = testing::make_pattern_splits(512, 128, /*classes=*/10);  // the fixture's 10
+  TrainOptions o = small_run(40);
+  o.lr = 1e-2;
+  const RunResult r = run(path, o, data);
+  EXPECT_LT(mean_loss(r.records, 30, 40), 0.7 * mean_loss(r.records, 0, 10));
+  EXPECT_GT(r.summary.test_accuracy, 0.5);
+}
+
+TEST(Trainer, EvaluateRestoresTrainingMode) {
+  const auto data = testing::make_pattern_splits(64, 64);
+  auto model = make_model("mlp", {data.train.sample_shape(), data.train.num_classes});
+  Trainer trainer(*model, small_run(1), c10::Device("cpu"));
+  model->train(true);
+  const EvalResult ev = trainer.evaluate(data.test, data.normalize_mean, data.normalize_std);
+  EXPECT_TRUE(model->is_training());
+  EXPECT_EQ(ev.samples, 64);
+  EXPECT_GE(ev.accuracy, 0.0);
+  EXPECT_LE(ev.accuracy, 1.0);
+}
+
+TEST(SteadySamplesPerS, ExcludesWarmupSteps) {
+  std::vector<StepRecord> rs(4);
+  for (auto& r : rs) r.samples = 10;
+  rs[0].step_ms = 1000;  // slow first step
+  rs[1].step_ms = rs[2].step_ms = rs[3].step_ms = 10;
+  EXPECT_DOUBLE_EQ(steady_samples_per_s(rs, 1), 1000.0);
+  EXPECT_NEAR(steady_samples_per_s(rs, 0), 40.0 / 1.030, 1e-9);
+  EXPECT_NEAR(steady_samples_per_s(rs, 10), 40.0 / 1.030, 1e-9);  // too few: use all
+}
+
+}  // namespace saturate

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// saturate doctor: each environment check with ok/warn/fail and a fix; --json for machines.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "saturate/device/doctor.h"
+#include "saturate/device/probe.h"
+#include "saturate/device/threads.h"
+#include "saturate/report/context.h"
+
+namespace saturate::cli {
+
+int run_doctor(const std::vector<std::string>& args) {
+  DoctorOptions opts;
+  bool as_json = false;
+  bool no_gemm = false;
+  int threads = 0;
+  CLI::App app{"Check the environment for what makes training slow or impossible.",
+               "saturate doctor"};
+  app.add_flag("--json", as_json, "print the checks as JSON");
+  app.add_option("--data", opts.data_spec, "the data a run would use")->capture_default_str();
+  app.add_option("--threads", threads, "LibTorch intra-op threads to check; 0 = usable cores")
+      ->capture_default_str();
+  app.add_flag("--no-gemm", no_gemm, "skip the matmul timing");
+  if (!parse_args(app, args)) return 0;
+  opts.measure_gemm = !no_gemm;
+
+  configure_threads(threads);
+  const DeviceProbe probe = probe_devices();
+  const std::vector<DoctorCheck> checks = run_doctor(opts, probe);
+  bool any_fail = false;
+  for (const auto& c : checks) any_fail = any_fail || c.status == CheckStatus::kFail;
+
+  if (as_json) {
+    nlohmann::json j;
+    j["schema_version"] = 1;
+    j["context"] = run_context(probe, "cpu");
+    j["checks"] = nlohmann::json::array();
+    for (const auto& c : checks)
+      j["checks"].push_back(
+          {{"name", c.name}, {"status", to_string(c.status)}, {"detail", c.detail}, {"fix", c.fix}});
+    j["ok"] = !any_fail;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "saturate doctor\n";
+    for (const auto& c : checks) {
+      std::string status = to_string(c.status);
+      status.resize(6, ' ');
+      std::string name = c.name;
+      name.resize(10, ' ');
+      std::cout << "  " << status << name << c.detail << "\n";
+      if (!c.fix.empty()) std::cout << "        " << std::string(10, ' ') << "fix: " << c.fix << "\n";
+    }
+  }
+  return static_cast<int>(any_fail ? ExitCode::kFailure : ExitCode::kOk);
+}
+
+}  // namespace saturate::cli

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+// saturate train: flags → TrainOptions, then the library trains and this file prints.
+#include <cmath>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+#include "saturate/core/json.h"
+#include "saturate/core/log.h"
+#include "saturate/core/units.h"
+#include "saturate/data/dataset.h"
+#include "saturate/device/device_spec.h"
+#include "saturate/device/probe.h"
+#include "saturate/device/threads.h"
+#include "saturate/models/model.h"
+#include "saturate/report/context.h"
+#include "saturate/telemetry/console_progress.h"
+#include "saturate/train/trainer.h"
+
+namespace saturate::cli {
+namespace {
+
+struct TrainFlags {
+  std::string model = "fmnist-cnn";
+  std::string data = "fashion-mnist";
+  std::string device = "auto";
+  std::string optimizer = "adamw";
+  std::string schedule = "cosine";
+  std::string summary_json;
+  int threads = 0;
+  bool quiet = false;
+  bool no_eval = false;
+};
+
+void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions& o,
+                   const std::string& model, const std::string& data, const std::string& device,
+                   int threads) {
+  auto row = [&](const std::string& k, const std::string& v) {
+    std::string key = k;
+    key.resize(16, ' ');
+    out << "  " << key << v << "\n";
+  };
+  out << "saturate train: " << model << " on " << data << ", " << device << ", " << threads
+      << " threads" << (s.is_interrupted ? " (interrupted)" : "") << "\n";
+  row("steps", std::to_string(s.steps) + " (" + format_fixed(s.epochs, 2) + " epochs, batch " +
+                   std::to_string(o.batch_size) + ")");
+  row("samples/s", format_fixed(s.samples_per_s, 1) + " (steady state)");
+  row("step time", format_fixed(s.phases.step_ms, 2) + " ms: data " +
+                       format_fixed(s.phases.data_wait_ms, 2) + ", forward " +
+                       format_fixed(s.phases.forward_ms, 2) + ", backward " +
+                       format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
+                       format_fixed(s.phases.optimizer_ms, 2));
+  row("train time", format_duration_s(s.train_wall_s));
+  row("final loss", format_fixed(s.final_loss, 4) + " (mean of the last 50 steps)");
+  if (!std::isnan(s.test_accuracy)) {
+    row("test accuracy", format_fixed(100.0 * s.test_accuracy, 2) + " %");
+    row("test loss", format_fixed(s.test_loss, 4));
+  }
+}
+
+nlohmann::json nan_to_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args) {
+  TrainOptions opts;
+  TrainFlags f;
+  CLI::App app{"Train a model and report steady-state samples/s and test accuracy.",
+               "saturate train"};
+  app.add_option("--model", f.model, "fmnist-cnn, mlp, or a TorchScript file (PATH.pt)")
+      ->capture_default_str();
+  app.add_option("--data", f.data, "fashion-mnist, mnist or idx:DIR")->capture_default_str();
+  app.add_option("--epochs", opts.epochs, "passes over the training split")->capture_default_str();
+  app.add_option("--steps", opts.steps, "optimizer steps; overrides --epochs when > 0")
+      ->capture_default_str();
+  app.add_option("--batch-size", opts.batch_size, "samples per step")->capture_default_str();
+  app.add_option("--lr", opts.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw")->capture_default_str();
+  app.add_option("--momentum", opts.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", opts.weight_decay, "weight decay")->capture_default_str();
+  app.add_option("--schedule", f.schedule, "constant or cosine (after warm-up)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", opts.warmup_steps, "linear LR warm-up; -1 = 2% of the run")
+      ->capture_default_str();
+  app.add_option("--device", f.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--threads", f.threads, "LibTorch intra-op threads; 0 = usable cores")
+      ->capture_default_str();
+  app.add_option("--seed", opts.seed, "seed for weights and data order")->capture_default_str();
+  app.add_option("--summary-json", f.summary_json, "write the run summary as JSON to FILE");
+  app.add_flag("--no-eval", f.no_eval, "skip the test-split evaluation");
+  app.add_flag("-q,--quiet", f.quiet, "no progress bar");
+  if (!parse_args(app, args)) return 0;
+
+  opts.optimizer = parse_optimizer(f.optimizer);
+  opts.schedule = parse_schedule(f.schedule);
+  opts.evaluate = !f.no_eval;
+  opts.validate();
+  // Fail on an unwritable summary path now, not after the run.
+  if (!f.summary_json.empty()) check_writable(f.summary_json, "--summary-json");
+  const DeviceSpec spec = DeviceSpec::parse(f.device);
+  const int threads = configure_threads(f.threads);
+  const DeviceProbe probe = probe_devices();
+  const DeviceChoice choice = select_device(spec, probe);
+  const DatasetSplits splits = load_dataset(f.data);
+
+  seed_everything(opts.seed);
+  auto model = make_model(f.model, {splits.train.sample_shape(), splits.train.num_classes});
+  SATURATE_LOG_INFO("train: ", model->name(), " (", count_parameters(*model), " parameters) on ",
+                    choice.reason, ", ", threads, " threads, BLAS ", probe.blas.name);
+  SATURATE_LOG_INFO("train: data ", splits.description);
+
+  Trainer trainer(*model, opts, choice.device);
+  ConsoleProgress progress(std::cerr, stderr_is_tty());
+  const TrainSummary s = trainer.fit(splits, f.quiet ? nullptr : &progress, &g_interrupted);
+  const std::string device = choice.device.str();
+  print_summary(std::cout, s, opts, model->name(), f.data, device, threads);
+
+  if (!f.summary_json.empty()) {
+    nlohmann::json j;
+    j["schema_version"] = 1;
+    j["model"] = model->name();
+    j["data"] = f.data;
+    j["device"] = device;
+    j["threads"] = threads;
+    j["batch_size"] = opts.batch_size;
+    j["optimizer"] = to_string(opts.optimizer);
+    j["lr"] = opts.lr;
+    j["schedule"] = to_string(opts.schedule);
+    j["seed"] = opts.seed;
+    j["steps"] = s.steps;
+    j["samples"] = s.samples;
+    j["epochs"] = s.epochs;
+    j["samples_per_s"] = s.samples_per_s;
+    j["train_wall_s"] = s.train_wall_s;
+    j["final_loss"] = s.final_loss;
+    j["test_accuracy"] = nan_to_null(s.test_accuracy);
+    j["test_loss"] = nan_to_null(s.test_loss);
+    j["interrupted"] = s.is_interrupted;
+    j["phases_ms"] = {{"data_wait", s.phases.data_wait_ms},
+                      {"host_to_device", s.phases.host_to_device_ms},
+                      {"forward", s.phases.forward_ms},
+                      {"backward", s.phases.backward_ms},
+                      {"optimizer", s.phases.optimizer_ms},
+                      {"other", s.phases.other_ms},
+                      {"step", s.phases.step_ms}};
+    j["context"] = run_context(probe, device);
+    write_json_file(f.summary_json, j);
+  }
+  return static_cast<int>(s.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
+}
+
+}  // namespace saturate::cli

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "command.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "saturate/core/error.h"
+#include "saturate/core/strings.h"
+
+namespace saturate::cli {
+
+std::atomic<bool> g_interrupted{false};
+
+const std::vector<Command>& commands() {
+  // The table is the registry: add a command here and in command.h.
+  static const std::vector<Command> table = {
+      {"doctor", "check the environment: LibTorch, CUDA, BLAS, threads, data", run_doctor},
+      {"train", "train a model and report samples/s and accuracy", run_train},
+  };
+  return table;
+}
+
+void check_writable(const std::string& path, const std::string& flag) {
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  SATURATE_CHECK(f != nullptr, flag, ": cannot write '", path, "': ", std::strerror(errno));
+  std::fclose(f);
+  if (!existed) std::remove(path.c_str());
+}
+
+bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
+
+namespace {
+// "saturate train" → "train", the component prefix of error messages.
+std::string component(const CLI::App& app) {
+  const std::string name = app.get_name();
+  const size_t space = name.rfind(' ');
+  return space == std::string::npos ? name : name.substr(space + 1);
+}
+}  // namespace
+
+bool parse_args(CLI::App& app, const std::vector<std::string>& args) {
+  // CLI11 reports unknown options without a suggestion; check them first.
+  std::vector<std::string> known;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const auto& l : opt->get_lnames()) known.push_back("--" + l);
+    for (const auto& s : opt->get_snames()) known.push_back("-" + s);
+  }
+  for (const auto& a : args) {
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-' || (a[1] != '-' && a.size() != 2)) continue;
+    if (a[1] != '-' && std::isdigit(static_cast<unsigned char>(a[1]))) continue;  // "-1"
+    const std::string flag = a.substr(0, a.find('='));
+    bool found = false;
+    for (const auto& k : known) found = found || k == flag;
+    SATURATE_CHECK(found, component(app), ": unknown option '", flag, "'",
+                   did_you_mean(flag, known));
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return false;
+  } catch (const CLI::ParseError& e) {
+    SATURATE_CHECK(false, component(app), ": ", e.what());
+  }
+  return true;
+}
+
+}  // namespace saturate::cli

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The command table and what every command file shares: exit codes, the interrupt flag, and
+// flag parsing with "did you mean" for unknown options.
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace saturate::cli {
+
+enum class ExitCode : int { kOk = 0, kFailure = 1, kUsage = 2, kInterrupted = 130 };
+
+/// One `saturate <name>` command. `run` gets the arguments after the command name.
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const std::vector<Command>& commands();
+
+/// Set by SIGINT; long-running commands stop after the current step and return kInterrupted.
+extern std::atomic<bool> g_interrupted;
+
+/// Parses `args` into `app`. Unknown options and other usage mistakes throw saturate::Error
+/// (with a suggestion); `--help` prints the usage and returns false (the command then exits 0).
+bool parse_args(CLI::App& app, const std::vector<std::string>& args);
+
+/// Throws saturate::Error naming `flag` when `path` cannot be created or written. Leaves an
+/// existing file as it was and removes one it had to create.
+void check_writable(const std::string& path, const std::string& flag);
+
+/// True when stderr is a terminal (progress bars redraw in place).
+bool stderr_is_tty();
+
+int run_doctor(const std::vector<std::string>& args);
+int run_train(const std::vector<std::string>& args);
+
+}  // namespace saturate::cli

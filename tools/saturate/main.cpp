@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// saturate: the command-line tool. The one place that catches everything and turns it into a
+// message on stderr and an exit code.
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "command.h"
+#include "saturate/core/build_info.h"
+#include "saturate/core/error.h"
+#include "saturate/core/strings.h"
+
+namespace saturate::cli {
+namespace {
+
+void on_sigint(int) {
+  if (g_interrupted.exchange(true)) {
+    // Second Ctrl-C: the user means it.
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+void print_help(std::ostream& out) {
+  out << "usage: saturate <command> [options]\n\n"
+         "Measure a training job, find what holds it back, and run it faster without hurting\n"
+         "model quality.\n\ncommands:\n";
+  for (const auto& c : commands()) {
+    std::string name = c.name;
+    name.resize(10, ' ');
+    out << "  " << name << c.summary << "\n";
+  }
+  out << "\nRun 'saturate <command> --help' for a command's options.\n";
+}
+
+std::string first_line(const char* text) {
+  std::string s(text);
+  return s.substr(0, s.find('\n'));
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2) {
+    print_help(std::cerr);
+    return static_cast<int>(ExitCode::kUsage);
+  }
+  const std::string name = argv[1];
+  if (name == "--version" || name == "version") {
+    std::cout << "saturate " << SATURATE_VERSION << " (git " << SATURATE_GIT_SHA << ", "
+              << SATURATE_BUILD_TYPE << ", LibTorch " << SATURATE_TORCH_CMAKE_VERSION
+              << (SATURATE_BUILT_WITH_CUDA ? ", CUDA build" : ", CPU-only build") << ")\n";
+    return 0;
+  }
+  if (name == "help" || name == "--help" || name == "-h") {
+    if (argc >= 3) {
+      for (const auto& c : commands())
+        if (argv[2] == std::string(c.name)) return c.run({"--help"});
+    }
+    print_help(std::cout);
+    return 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  std::vector<std::string> names;
+  for (const auto& c : commands()) {
+    if (name == c.name) return c.run(args);
+    names.push_back(c.name);
+  }
+  SATURATE_CHECK(false, "unknown command '", name, "'", did_you_mean(name, names),
+                 " (see 'saturate help')");
+  return 0;
+}
+
+}  // namespace
+}  // namespace saturate::cli
+
+int main(int argc, char** argv) {
+  using saturate::cli::ExitCode;
+  std::signal(SIGINT, saturate::cli::on_sigint);
+  try {
+    return saturate::cli::dispatch(argc, argv);
+  } catch (const saturate::Error& e) {
+    std::cerr << "saturate: error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "saturate: error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const c10::Error& e) {
+    std::cerr << "saturate: error: " << saturate::cli::first_line(e.what_without_backtrace())
+              << "\n";
+    return static_cast<int>(ExitCode::kFailure);
+  } catch (const std::exception& e) {
+    std::cerr << "saturate: error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kFailure);
+  }
+}
