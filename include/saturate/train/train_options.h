@@ -26,7 +26,7 @@ struct TrainOptions {
   int64_t epochs = 1;          ///< used when steps == 0
   int64_t steps = 0;           ///< optimizer steps; > 0 overrides epochs
   OptimizerKind optimizer = OptimizerKind::kAdamW;
-  double lr = 1e-3;            ///< peak learning rate (after warm-up)
+  double lr = 3e-3;            ///< peak learning rate (after warm-up)
   double momentum = 0.9;       ///< SGD only
   double weight_decay = 1e-4;
   ScheduleKind schedule = ScheduleKind::kCosine;

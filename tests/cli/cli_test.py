@@ -1,0 +1,305 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Runs the built `saturate` binary on fixtures made here and checks exit codes, one-line errors
+and output against golden files (times, sizes and other volatile values masked).
+
+Usage: cli_test.py --saturate BIN --fixtures DIR --golden DIR --case NAME
+Set SATURATE_UPDATE_GOLDEN=1 to rewrite the golden files from the current output.
+"""
+import argparse
+import gzip
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ARGS = None
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def run(*argv, timeout=240):
+    p = subprocess.run([ARGS.saturate, *argv], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def mask(text):
+    text = re.sub(r"/tmp/saturate-cli-[^/\s,]+", "<tmp>", text)
+    text = re.sub(r"\b\d+(\.\d+)? (ms|s|min|h)\b( \d+ (s|min)\b)?", "<duration>", text)
+    text = re.sub(r"\d+\.\d+", "<num>", text)
+    text = re.sub(r"\b\d+\b", "<n>", text)
+    return text
+
+
+def check_golden(name, text, masked=True):
+    path = os.path.join(ARGS.golden, name)
+    got = mask(text) if masked else text
+    if os.environ.get("SATURATE_UPDATE_GOLDEN"):
+        with open(path, "w") as f:
+            f.write(got)
+        return
+    if not os.path.exists(path):
+        fail(f"golden file {path} is missing; run with SATURATE_UPDATE_GOLDEN=1\n{got}")
+    with open(path) as f:
+        want = f.read()
+    if want != got:
+        fail(f"output differs from {path}\n--- want\n{want}--- got\n{got}")
+
+
+def expect_usage_error(argv, must_contain):
+    code, out, err = run(*argv)
+    if code != 2:
+        fail(f"{argv}: exit code {code}, expected 2\nstdout: {out}\nstderr: {err}")
+    lines = [l for l in err.splitlines() if l.strip()]
+    if len(lines) != 1 or not lines[0].startswith("saturate: error: "):
+        fail(f"{argv}: expected exactly one 'saturate: error:' line on stderr, got:\n{err}")
+    if must_contain not in lines[0]:
+        fail(f"{argv}: error line lacks '{must_contain}':\n{lines[0]}")
+    if out:
+        fail(f"{argv}: printed results on stdout despite the error:\n{out}")
+
+
+# ---- IDX fixtures -------------------------------------------------------------------------------
+
+def idx_bytes(type_code, dims, payload):
+    return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">i", d) for d in dims) + payload
+
+
+def pattern(n, classes, seed):
+    """n 28x28 images; class k has a bright square at grid cell k; plus their labels."""
+    state = seed * 2654435761 % (2 ** 32) or 1
+    images, labels = bytearray(), bytearray()
+    for _ in range(n):
+        state = (1103515245 * state + 12345) % (2 ** 31)
+        k = state % classes
+        img = bytearray(28 * 28)
+        for i in range(28 * 28):
+            state = (1103515245 * state + 12345) % (2 ** 31)
+            img[i] = state % 48
+        r0, c0 = (k // 4) * 7, (k % 4) * 7
+        for r in range(r0, r0 + 7):
+            for c in range(c0, c0 + 7):
+                img[r * 28 + c] = 230
+        images += img
+        labels.append(k)
+    return bytes(images), bytes(labels)
+
+
+def write(path, data, gz=True):
+    opener = gzip.open if gz else open
+    with opener(path, "wb") as f:
+        f.write(data)
+
+
+def make_idx_dir(root, n_train=256, n_test=64, classes=4, tamper=None):
+    d = os.path.join(root, "idx")
+    os.makedirs(d, exist_ok=True)
+    for split, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
+        imgs, labels = pattern(n, classes, seed)
+        img_file = idx_bytes(0x08, [n, 28, 28], imgs)
+        lab_file = idx_bytes(0x08, [n], labels)
+        if split == "train" and tamper == "truncated":
+            img_file = img_file[: len(img_file) // 2]
+        if split == "train" and tamper == "magic":
+            img_file = b"\x89PNG" + img_file[4:]
+        if split == "train" and tamper == "dims":
+            lab_file = idx_bytes(0x08, [n, 1], labels)
+        if split == "train" and tamper == "count":
+            lab_file = idx_bytes(0x08, [n - 3], labels[: n - 3])
+        write(os.path.join(d, f"{split}-images-idx3-ubyte.gz"), img_file)
+        write(os.path.join(d, f"{split}-labels-idx1-ubyte.gz"), lab_file)
+    return d
+
+
+# ---- cases --------------------------------------------------------------------------------------
+
+def case_version(tmp):
+    code, out, _ = run("--version")
+    if code != 0 or not re.match(r"saturate \d+\.\d+\.\d+ \(git \S+, \w+, LibTorch \d+\.\d+", out):
+        fail(f"--version: {code} {out!r}")
+
+
+def case_help(tmp):
+    code, out, _ = run("help")
+    if code != 0:
+        fail(f"help exit {code}")
+    check_golden("help.txt", out, masked=False)
+
+
+def case_unknown_command(tmp):
+    expect_usage_error(["trian"], "unknown command 'trian'; did you mean 'train'?")
+
+
+def case_unknown_option(tmp):
+    expect_usage_error(["train", "--batchsize=8"], "unknown option '--batchsize'; did you mean '--batch-size'?")
+
+
+def case_train_help(tmp):
+    code, out, _ = run("train", "--help")
+    if code != 0:
+        fail(f"train --help exit {code}")
+    check_golden("train_help.txt", out, masked=False)
+
+
+def case_bad_model(tmp):
+    expect_usage_error(["train", "--model", "fmnist-cn", "--data", "idx:" + make_idx_dir(tmp)],
+                       "did you mean 'fmnist-cnn'")
+
+
+def case_bad_device(tmp):
+    expect_usage_error(["train", "--device", "gpu:0"], "device: unknown device 'gpu:0'")
+
+
+def case_bad_optimizer(tmp):
+    expect_usage_error(["train", "--optimizer", "adam"], "did you mean 'adamw'")
+
+
+def case_missing_data(tmp):
+    expect_usage_error(["train", "--data", "idx:" + os.path.join(tmp, "nowhere")], "nowhere")
+
+
+def case_idx_truncated(tmp):
+    expect_usage_error(["train", "--data", "idx:" + make_idx_dir(tmp, tamper="truncated")],
+                       "train-images-idx3-ubyte.gz")
+
+
+def case_idx_wrong_magic(tmp):
+    expect_usage_error(["train", "--data", "idx:" + make_idx_dir(tmp, tamper="magic")], "magic")
+
+
+def case_idx_wrong_dims(tmp):
+    expect_usage_error(["train", "--data", "idx:" + make_idx_dir(tmp, tamper="dims")],
+                       "train-labels-idx1-ubyte.gz")
+
+
+def case_idx_count_mismatch(tmp):
+    expect_usage_error(["train", "--data", "idx:" + make_idx_dir(tmp, tamper="count")], "253")
+
+
+def case_zero_batch(tmp):
+    expect_usage_error(["train", "--batch-size", "0"], "--batch-size must be positive")
+
+
+def case_negative_batch(tmp):
+    expect_usage_error(["train", "--batch-size", "-5"], "--batch-size must be positive, got -5")
+
+
+def case_zero_epochs(tmp):
+    expect_usage_error(["train", "--epochs", "0"], "--epochs must be positive")
+
+
+def case_bad_lr(tmp):
+    expect_usage_error(["train", "--lr", "0"], "--lr must be a positive number")
+
+
+def case_unwritable_summary(tmp):
+    expect_usage_error(["train", "--summary-json", "/nonexistent-dir/s.json"], "--summary-json")
+
+
+def small_train(tmp, *extra, summary="s.json"):
+    data = make_idx_dir(tmp)
+    path = os.path.join(tmp, summary)
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "30",
+                         "--batch-size", "32", "--lr", "0.003", "--threads", "1",
+                         "--summary-json", path, *extra)
+    if code != 0:
+        fail(f"train exit {code}\n{out}\n{err}")
+    with open(path) as f:
+        return out, err, json.load(f)
+
+
+def case_train_small(tmp):
+    out, err, s = small_train(tmp)
+    for key in ("samples_per_s", "test_accuracy", "final_loss", "steps", "batch_size", "device",
+                "threads", "context"):
+        if key not in s:
+            fail(f"summary lacks '{key}': {sorted(s)}")
+    for key in ("host", "cpu", "device", "torch_version", "blas", "git_sha"):
+        if key not in s["context"]:
+            fail(f"context lacks '{key}': {sorted(s['context'])}")
+    if s["steps"] != 30 or s["batch_size"] != 32 or s["threads"] != 1 or s["device"] != "cpu":
+        fail(f"summary values: {s}")
+    if not s["samples_per_s"] > 0 or not s["test_accuracy"] > 0.8:
+        fail(f"did not learn the pattern data: {s['test_accuracy']}")
+    if "30/30" not in err:
+        fail(f"no progress on stderr:\n{err}")
+    check_golden("train_small.txt", out)
+
+
+def case_train_same_seed(tmp):
+    _, _, a = small_train(tmp, "--seed", "7", summary="a.json")
+    _, _, b = small_train(tmp, "--seed", "7", summary="b.json")
+    for key in ("final_loss", "test_accuracy", "test_loss"):
+        if a[key] != b[key]:
+            fail(f"{key} differs between two runs with one seed: {a[key]} vs {b[key]}")
+
+
+def case_train_torchscript(tmp):
+    model = os.path.join(ARGS.fixtures, "tiny_cnn.pt")
+    if not os.path.exists(model):
+        fail(f"fixture {model} missing")
+    data = make_idx_dir(tmp, classes=10)
+    path = os.path.join(tmp, "ts.json")
+    code, out, err = run("train", "--data", "idx:" + data, "--model", model, "--steps", "40",
+                         "--batch-size", "32", "--lr", "0.01", "--summary-json", path, "-q")
+    if code != 0:
+        fail(f"exit {code}\n{err}")
+    with open(path) as f:
+        s = json.load(f)
+    if s["model"] != "torchscript:" + model or s["test_accuracy"] < 0.3:
+        fail(f"torchscript run: {s}")
+
+
+def case_doctor_json(tmp):
+    code, out, err = run("doctor", "--json", "--no-gemm")
+    if code not in (0, 1):
+        fail(f"doctor exit {code}\n{err}")
+    j = json.loads(out)
+    names = [c["name"] for c in j["checks"]]
+    for n in ("libtorch", "cuda", "blas", "threads", "dataset"):
+        if n not in names:
+            fail(f"doctor lacks check {n}: {names}")
+    for c in j["checks"]:
+        if c["status"] not in ("ok", "warn", "fail") or (c["status"] != "ok" and not c["fix"]):
+            fail(f"check without a fix: {c}")
+
+
+def case_interrupt(tmp):
+    data = make_idx_dir(tmp, n_train=2048)
+    p = subprocess.Popen([ARGS.saturate, "train", "--data", "idx:" + data, "--model", "fmnist-cnn",
+                          "--epochs", "50", "--threads", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    if p.returncode != 130:
+        fail(f"exit {p.returncode} after SIGINT, expected 130\n{out}\n{err}")
+    if "(interrupted)" not in out:
+        fail(f"no interrupted summary:\n{out}")
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--saturate", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--golden", required=True)
+    ap.add_argument("--case", required=True)
+    ARGS = ap.parse_args()
+    fn = globals().get("case_" + ARGS.case)
+    if fn is None:
+        fail(f"unknown case {ARGS.case}")
+    with tempfile.TemporaryDirectory(prefix="saturate-cli-") as tmp:
+        fn(tmp)
+    print(f"ok: {ARGS.case}")
+
+
+if __name__ == "__main__":
+    main()
