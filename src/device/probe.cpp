@@ -43,9 +43,21 @@ std::string cpu_model() {
   return "";
 }
 
+bool cpu_has_native_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, 5, "flags") != 0) continue;
+    return line.find(" avx512_bf16") != std::string::npos ||
+           line.find(" amx_bf16") != std::string::npos;
+  }
+  return false;
+}
+
 CpuInfo probe_cpu() {
   CpuInfo cpu;
   cpu.model = cpu_model();
+  cpu.has_bf16 = cpu_has_native_bf16();
   cpu.cores_online = static_cast<int>(std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L));
   cpu.cores_usable = usable_cores();
   const long pages = sysconf(_SC_PHYS_PAGES);

@@ -15,7 +15,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::vector<std::string> builtin_model_names() { return {"fmnist-cnn", "mlp"}; }
+std::vector<std::string> builtin_model_names() {
+  return {"fmnist-cnn", "mlp", "mlp-deep", "resnet18-cifar"};
+}
 
 int64_t count_parameters(Model& model) {
   int64_t n = 0;
@@ -30,6 +32,8 @@ std::unique_ptr<Model> make_model(const std::string& spec, const ModelInputs& in
     SATURATE_CHECK(s > 0, "model: sample shape has a non-positive dimension (", s, ")");
   if (spec == "fmnist-cnn") return detail::make_fmnist_cnn(inputs);
   if (spec == "mlp") return detail::make_mlp(inputs);
+  if (spec == "mlp-deep") return detail::make_mlp_deep(inputs);
+  if (spec == "resnet18-cifar") return detail::make_resnet18_cifar(inputs);
   const std::string prefix = "torchscript:";
   if (spec.rfind(prefix, 0) == 0) return detail::load_torchscript(spec.substr(prefix.size()), inputs);
   if (ends_with(spec, ".pt") || ends_with(spec, ".pth")) return detail::load_torchscript(spec, inputs);

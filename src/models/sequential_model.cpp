@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "models/sequential_model.h"
 
+#include <algorithm>
+
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/models/checkpoint.h"
 
 namespace saturate::detail {
 namespace nn = torch::nn;
@@ -12,7 +15,34 @@ SequentialModel::SequentialModel(std::string name, nn::Sequential net,
                                  int64_t forward_flops_per_sample)
     : name_(std::move(name)), net_(std::move(net)), flops_(forward_flops_per_sample) {}
 
-at::Tensor SequentialModel::forward(const at::Tensor& inputs) { return net_->forward(inputs); }
+at::Tensor SequentialModel::forward(const at::Tensor& inputs) {
+  if (segments_ == 0 || !net_->is_training() || !at::GradMode::is_enabled())
+    return net_->forward(inputs);
+  at::Tensor x = inputs;
+  for (size_t s = 0; s + 1 < segment_starts_.size(); ++s) {
+    const size_t first = segment_starts_[s], last = segment_starts_[s + 1];
+    // The shared_ptr keeps the modules alive for as long as the graph holds the segment.
+    x = checkpoint(
+        [net = net_.ptr(), first, last](const at::Tensor& in) {
+          at::Tensor h = in;
+          for (auto it = net->begin() + first; it != net->begin() + last; ++it) h = it->forward(h);
+          return h;
+        },
+        x);
+  }
+  return x;
+}
+
+bool SequentialModel::set_checkpoint_segments(int64_t segments) {
+  SATURATE_CHECK(segments >= 0, "model: checkpoint segments must be >= 0 (0 turns it off), got ",
+                 segments);
+  const auto children = static_cast<int64_t>(net_->size());
+  segments_ = std::min(segments, children);
+  segment_starts_.clear();
+  for (int64_t s = 0; segments_ > 0 && s <= segments_; ++s)
+    segment_starts_.push_back(static_cast<size_t>(s * children / segments_));
+  return true;
+}
 
 std::vector<at::Tensor> SequentialModel::parameters() { return net_->parameters(); }
 
@@ -51,6 +81,24 @@ std::unique_ptr<Model> make_mlp(const ModelInputs& in) {
                      nn::ReLU(), nn::Linear(128, in.num_classes));
   const int64_t flops = 2 * (d * 256 + 256 * 128 + 128 * in.num_classes);
   return std::make_unique<SequentialModel>("mlp", std::move(net), flops);
+}
+
+std::unique_ptr<Model> make_mlp_deep(const ModelInputs& in) {
+  SATURATE_CHECK(!in.sample_shape.empty(), "model: mlp-deep needs a sample shape");
+  constexpr int64_t kWidth = 512, kBlocks = 12;
+  int64_t d = 1;
+  for (int64_t s : in.sample_shape) d *= s;
+  nn::Sequential net;
+  net->push_back(nn::Flatten());
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    net->push_back(nn::Linear(b == 0 ? d : kWidth, kWidth));
+    net->push_back(nn::ReLU());
+    net->push_back(nn::Dropout(0.1));
+  }
+  net->push_back(nn::Linear(kWidth, in.num_classes));
+  const int64_t flops =
+      2 * (d * kWidth + (kBlocks - 1) * kWidth * kWidth + kWidth * in.num_classes);
+  return std::make_unique<SequentialModel>("mlp-deep", std::move(net), flops);
 }
 
 }  // namespace saturate::detail

@@ -45,6 +45,15 @@ void TrainOptions::validate() const {
                  warmup_steps);
   SATURATE_CHECK(timing_warmup_steps >= 0, "train: timing warm-up must not be negative, got ",
                  timing_warmup_steps);
+  SATURATE_CHECK(accumulate >= 1, "train: --accumulate must be at least 1, got ", accumulate);
+  SATURATE_CHECK(accumulate <= batch_size, "train: --accumulate (", accumulate,
+                 ") is larger than --batch-size (", batch_size,
+                 "); each micro-batch needs at least one sample");
+  SATURATE_CHECK(precision != Precision::kAuto,
+                 "train: precision must be resolved (resolve_precision) before training");
+  SATURATE_CHECK(checkpoint_segments >= 0, "train: --checkpoint-segments must not be negative, got ",
+                 checkpoint_segments);
+  scaler.validate();
   SATURATE_CHECK(eval_batch_size > 0, "train: eval batch size must be positive, got ",
                  eval_batch_size);
 }

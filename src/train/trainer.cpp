@@ -9,10 +9,14 @@
 
 #include "saturate/core/error.h"
 #include "saturate/data/batch_iterator.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/device/preflight.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/train/grad_scaler.h"
 #include "saturate/train/lr_schedule.h"
+#include "saturate/train/precision.h"
+#include "train/state_snapshot.h"
 
 namespace saturate {
 namespace {
@@ -44,21 +48,77 @@ void sync_device(const c10::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+GradScalerOptions scaler_options(const TrainOptions& o) {
+  GradScalerOptions s = o.scaler;
+  // Only fp16 can underflow gradients; bf16 has fp32's exponent range.
+  s.enabled = s.enabled && o.precision == Precision::kFp16;
+  return s;
+}
+
 }  // namespace
 
 struct Trainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<GradScaler> scaler;
+  std::vector<at::Tensor> params;
 };
 
-Trainer::Trainer(Model& model, TrainOptions options, c10::Device device)
-    : model_(model), options_(std::move(options)), device_(device), state_(new State) {
+Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory)
+    : model_(model), options_(std::move(options)), device_(device), memory_(memory),
+      state_(new State) {
   options_.validate();
   model_.to(device_);
+  if (options_.checkpoint_segments > 0) {
+    SATURATE_CHECK(model_.set_checkpoint_segments(options_.checkpoint_segments), "train: ",
+                   model_.name(), " does not support activation checkpointing; drop --checkpoint-segments");
+  }
   // Built after the move: the optimizer holds the parameters' device tensors.
-  state_->optimizer = make_optimizer(options_, model_.parameters());
+  state_->params = model_.parameters();
+  state_->optimizer = make_optimizer(options_, state_->params);
+  state_->scaler = std::make_unique<GradScaler>(scaler_options(options_));
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r) {
+  auto& optimizer = *state_->optimizer;
+  auto& scaler = *state_->scaler;
+  const int64_t batch = x.size(0);
+  const int64_t micro = (batch + options_.accumulate - 1) / options_.accumulate;
+  optimizer.zero_grad(/*set_to_none=*/true);
+  at::Tensor loss_sum = torch::zeros({}, x.options().dtype(at::kFloat));
+  for (int64_t begin = 0; begin < batch; begin += micro) {
+    const int64_t end = std::min(batch, begin + micro);
+    const auto t0 = Clock::now();
+    at::Tensor loss;
+    {
+      AutocastScope autocast(options_.precision, device_.type());
+      at::Tensor logits = model_.forward(x.slice(0, begin, end));
+      // The loss in fp32 whatever the forward ran in; weighted by the micro-batch's share so
+      // the accumulated gradient is the mean over the whole batch.
+      loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), y.slice(0, begin, end)) *
+             (static_cast<double>(end - begin) / static_cast<double>(batch));
+    }
+    sync_device(device_);
+    const auto t1 = Clock::now();
+    scaler.scale(loss).backward();
+    loss_sum += loss.detach();
+    sync_device(device_);
+    const auto t2 = Clock::now();
+    r.forward_ms += ms_between(t0, t1);
+    r.backward_ms += ms_between(t1, t2);
+  }
+  const auto t3 = Clock::now();
+  if (scaler.is_enabled()) {
+    r.is_skipped = !scaler.step(optimizer, state_->params);
+    scaler.update();
+    r.loss_scale = scaler.get_scale();
+  } else {
+    optimizer.step();
+  }
+  r.loss = loss_sum.item<double>();
+  r.optimizer_ms += ms_between(t3, Clock::now());
+}
 
 TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
                           const std::atomic<bool>* stop) {
@@ -75,7 +135,6 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
 
   const int64_t total = options_.total_steps(train.size());
   const int64_t warmup = options_.resolved_warmup_steps(total);
-  auto& optimizer = *state_->optimizer;
   std::vector<StepRecord> records;
   records.reserve(static_cast<size_t>(total));
 
@@ -92,6 +151,7 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
     }
     StepRecord r;
     r.step = step;
+    if (memory_) memory_->reset_peak();
     const auto t0 = Clock::now();
     std::optional<Batch> batch = batches.next();
     if (!batch) {
@@ -100,41 +160,38 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
       SATURATE_ASSERT(batch.has_value(), "an epoch with no batches");
     }
     r.epoch = epoch;
+    r.samples = batch->size;
     const auto t1 = Clock::now();
-    at::Tensor x = batch->inputs.to(device_, /*non_blocking=*/true);
-    at::Tensor y = batch->targets.to(device_, /*non_blocking=*/true);
-    if (step == 0) check_same_device(model_.parameters(), {x, y}, device_);
+    at::Tensor x = batch->inputs, y = batch->targets;
+    if (device_.is_cuda()) {
+      // Pinned staging lets the copy run asynchronously with respect to the host.
+      x = x.pin_memory().to(device_, /*non_blocking=*/true);
+      y = y.pin_memory().to(device_, /*non_blocking=*/true);
+    }
+    if (step == 0) check_same_device(state_->params, {x, y}, device_);
     sync_device(device_);
     const auto t2 = Clock::now();
     r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
-    set_lr(optimizer, r.lr);
-    at::Tensor logits = model_.forward(x);
-    at::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
-    sync_device(device_);
+    set_lr(*state_->optimizer, r.lr);
+    train_step(x, y, r);
     const auto t3 = Clock::now();
-    optimizer.zero_grad(/*set_to_none=*/true);
-    loss.backward();
-    sync_device(device_);
-    const auto t4 = Clock::now();
-    optimizer.step();
-    r.loss = loss.item<double>();
-    const auto t5 = Clock::now();
-    r.samples = batch->size;
     r.data_wait_ms = ms_between(t0, t1);
     r.host_to_device_ms = ms_between(t1, t2);
-    r.forward_ms = ms_between(t2, t3);
-    r.backward_ms = ms_between(t3, t4);
-    r.optimizer_ms = ms_between(t4, t5);
-    r.step_ms = ms_between(t0, t5);
+    r.step_ms = ms_between(t0, t3);
     r.other_ms = std::max(0.0, r.step_ms - phase_sum_ms(r));
+    if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
     records.push_back(r);
     if (sink) sink->on_step(r);
   }
-  summary.train_wall_s =
-      std::chrono::duration<double>(Clock::now() - run_start).count();
+  summary.train_wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
 
   summary.steps = static_cast<int64_t>(records.size());
-  for (const auto& r : records) summary.samples += r.samples;
+  for (const auto& r : records) {
+    summary.samples += r.samples;
+    summary.peak_memory_bytes = std::max(summary.peak_memory_bytes, r.mem_peak_bytes);
+    summary.skipped_steps += r.is_skipped ? 1 : 0;
+  }
+  summary.loss_scale = state_->scaler->is_enabled() ? state_->scaler->get_scale() : 1.0;
   summary.epochs = static_cast<double>(summary.samples) / static_cast<double>(train.size());
   summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
   const size_t tail = std::min<size_t>(50, records.size());
@@ -170,6 +227,36 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
   return summary;
 }
 
+ProbeResult Trainer::probe(int64_t batch_size, const DatasetSplits& data) {
+  SATURATE_CHECK(memory_ != nullptr, "train: probe() needs the trainer to have a DeviceMemory");
+  SATURATE_CHECK(batch_size > 0, "train: probe batch size must be positive, got ", batch_size);
+  SATURATE_CHECK(data.train.size() > 0, "train: cannot probe with an empty training split");
+  const bool was_training = model_.is_training();
+  model_.train(true);
+  const detail::StateSnapshot saved(model_, *state_->optimizer);
+  const nlohmann::json scaler_state = state_->scaler->state_dict();
+  const ProbeResult result = probe_once(
+      [&] {
+        // The batch is part of what must fit: batch_size samples (wrapping around small
+        // datasets), made inside the probe.
+        const at::Tensor idx =
+            torch::arange(batch_size, torch::kLong).remainder(data.train.size());
+        const at::Tensor x = data.train.inputs.index_select(0, idx).to(at::kFloat).div_(255.0)
+                                 .sub_(data.normalize_mean).div_(data.normalize_std).to(device_);
+        const at::Tensor y = data.train.targets.index_select(0, idx).to(device_);
+        StepRecord r;
+        train_step(x, y, r);
+      },
+      *memory_);
+  // Out of the catch block and out of the batch's scope: put everything back, then let the
+  // allocator hand its cache back.
+  saved.restore(model_, *state_->optimizer);
+  state_->scaler->load_state_dict(scaler_state);
+  model_.train(was_training);
+  memory_->release_cached();
+  return result;
+}
+
 EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
                              double normalize_std) {
   const bool was_training = model_.is_training();
@@ -188,9 +275,14 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
   while (auto batch = batches.next()) {
     at::Tensor x = batch->inputs.to(device_);
     at::Tensor y = batch->targets.to(device_);
-    at::Tensor logits = model_.forward(x);
+    at::Tensor logits;
+    {
+      AutocastScope autocast(options_.precision, device_.type());
+      logits = model_.forward(x).to(at::kFloat);
+    }
     loss_sum += torch::nn::functional::cross_entropy(
-                    logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    logits, y,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();
     result.samples += batch->size;

@@ -257,6 +257,49 @@ def case_train_torchscript(tmp):
         fail(f"torchscript run: {s}")
 
 
+def case_precision_bf16(tmp):
+    _, _, s = small_train(tmp, "--precision", "bf16", "--accumulate", "2")
+    if s["precision"] != "bf16" or s["accumulate"] != 2 or s["skipped_steps"] != 0:
+        fail(f"bf16 summary: {s}")
+    if not s["peak_memory_bytes"] > 0 or s["loss_scale"] != 1.0:
+        fail(f"bf16 memory/scale: {s}")
+
+
+def case_checkpoint_segments(tmp):
+    _, _, s = small_train(tmp, "--checkpoint-segments", "2")
+    if s["checkpoint_segments"] != 2 or not s["test_accuracy"] > 0.8:
+        fail(f"checkpointed run: {s}")
+
+
+def case_precision_auto(tmp):
+    _, err, s = small_train(tmp, "--precision", "auto")
+    if s["precision"] not in ("bf16", "fp32") or "precision" not in err:
+        fail(f"auto precision: {s['precision']}\n{err}")
+
+
+def case_precision_fp16_cpu(tmp):
+    expect_usage_error(["train", "--device", "cpu", "--precision", "fp16"],
+                       "fp16 is not supported on cpu")
+
+
+def case_bad_precision(tmp):
+    expect_usage_error(["train", "--precision", "bf61"], "did you mean 'bf16'")
+
+
+def case_bad_accumulate(tmp):
+    expect_usage_error(["train", "--batch-size", "4", "--accumulate", "8"], "--accumulate (8)")
+
+
+def case_bad_memory_limit(tmp):
+    expect_usage_error(["train", "--memory-limit", "lots"], "--memory-limit")
+
+
+def case_memory_limit_reports_peak(tmp):
+    _, _, s = small_train(tmp, "--memory-limit", "512MiB")
+    if s["memory_limit_bytes"] != 512 << 20 or not 0 < s["peak_memory_bytes"] < 512 << 20:
+        fail(f"memory limit run: {s}")
+
+
 def case_doctor_json(tmp):
     code, out, err = run("doctor", "--json", "--no-gemm")
     if code not in (0, 1):

@@ -10,6 +10,7 @@
 #include "saturate/core/log.h"
 #include "saturate/core/units.h"
 #include "saturate/data/dataset.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
@@ -28,6 +29,8 @@ struct TrainFlags {
   std::string optimizer = "adamw";
   std::string schedule = "cosine";
   std::string summary_json;
+  std::string precision = "fp32";
+  std::string memory_limit;
   int threads = 0;
   bool quiet = false;
   bool no_eval = false;
@@ -51,6 +54,14 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
                        format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
                        format_fixed(s.phases.optimizer_ms, 2));
+  row("precision", to_string(o.precision) + (o.accumulate > 1
+                                                 ? ", " + std::to_string(o.accumulate) +
+                                                       " micro-batches per step"
+                                                 : std::string()));
+  if (s.peak_memory_bytes > 0) row("peak memory", format_bytes(s.peak_memory_bytes));
+  if (o.precision == Precision::kFp16)
+    row("loss scale", format_fixed(s.loss_scale, 0) + " (" + std::to_string(s.skipped_steps) +
+                          " steps skipped for non-finite gradients)");
   row("train time", format_duration_s(s.train_wall_s));
   row("final loss", format_fixed(s.final_loss, 4) + " (mean of the last 50 steps)");
   if (!std::isnan(s.test_accuracy)) {
@@ -68,7 +79,8 @@ int run_train(const std::vector<std::string>& args) {
   TrainFlags f;
   CLI::App app{"Train a model and report steady-state samples/s and test accuracy.",
                "saturate train"};
-  app.add_option("--model", f.model, "fmnist-cnn, mlp, or a TorchScript file (PATH.pt)")
+  app.add_option("--model", f.model,
+                 "fmnist-cnn, mlp, mlp-deep, resnet18-cifar, or a TorchScript file (PATH.pt)")
       ->capture_default_str();
   app.add_option("--data", f.data, "fashion-mnist, mnist or idx:DIR")->capture_default_str();
   app.add_option("--epochs", opts.epochs, "passes over the training split")->capture_default_str();
@@ -87,6 +99,16 @@ int run_train(const std::vector<std::string>& args) {
   app.add_option("--threads", f.threads, "LibTorch intra-op threads; 0 = usable cores")
       ->capture_default_str();
   app.add_option("--seed", opts.seed, "seed for weights and data order")->capture_default_str();
+  app.add_option("--precision", f.precision, "fp32, tf32 (CUDA), bf16, fp16 (CUDA) or auto")
+      ->capture_default_str();
+  app.add_option("--accumulate", opts.accumulate,
+                 "micro-batches per optimizer step (same effective --batch-size)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-segments", opts.checkpoint_segments,
+                 "recompute activations in this many segments (0 = off)")
+      ->capture_default_str();
+  app.add_option("--memory-limit", f.memory_limit,
+                 "cap device memory, e.g. 2GiB (CPU: a budget; CUDA: a smaller card)");
   app.add_option("--summary-json", f.summary_json, "write the run summary as JSON to FILE");
   app.add_flag("--no-eval", f.no_eval, "skip the test-split evaluation");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
@@ -95,14 +117,23 @@ int run_train(const std::vector<std::string>& args) {
   opts.optimizer = parse_optimizer(f.optimizer);
   opts.schedule = parse_schedule(f.schedule);
   opts.evaluate = !f.no_eval;
-  opts.validate();
+  const Precision requested_precision = parse_precision(f.precision);
+  const int64_t memory_limit =
+      f.memory_limit.empty() ? 0 : parse_bytes(f.memory_limit, "--memory-limit");
   // Fail on an unwritable summary path now, not after the run.
   if (!f.summary_json.empty()) check_writable(f.summary_json, "--summary-json");
   const DeviceSpec spec = DeviceSpec::parse(f.device);
   const int threads = configure_threads(f.threads);
   const DeviceProbe probe = probe_devices();
   const DeviceChoice choice = select_device(spec, probe);
+  const PrecisionChoice precision = resolve_precision(requested_precision, choice.device, probe);
+  opts.precision = precision.precision;
+  opts.validate();
+  if (requested_precision == Precision::kAuto)
+    SATURATE_LOG_INFO("train: --precision auto: ", precision.reason);
   const DatasetSplits splits = load_dataset(f.data);
+  // After the data is in memory: the budget caps what training allocates, not the dataset.
+  auto memory = make_device_memory(choice.device, memory_limit);
 
   seed_everything(opts.seed);
   auto model = make_model(f.model, {splits.train.sample_shape(), splits.train.num_classes});
@@ -110,7 +141,7 @@ int run_train(const std::vector<std::string>& args) {
                     choice.reason, ", ", threads, " threads, BLAS ", probe.blas.name);
   SATURATE_LOG_INFO("train: data ", splits.description);
 
-  Trainer trainer(*model, opts, choice.device);
+  Trainer trainer(*model, opts, choice.device, memory.get());
   ConsoleProgress progress(std::cerr, stderr_is_tty());
   const TrainSummary s = trainer.fit(splits, f.quiet ? nullptr : &progress, &g_interrupted);
   const std::string device = choice.device.str();
@@ -128,6 +159,13 @@ int run_train(const std::vector<std::string>& args) {
     j["lr"] = opts.lr;
     j["schedule"] = to_string(opts.schedule);
     j["seed"] = opts.seed;
+    j["precision"] = to_string(opts.precision);
+    j["accumulate"] = opts.accumulate;
+    j["checkpoint_segments"] = opts.checkpoint_segments;
+    j["memory_limit_bytes"] = memory_limit;
+    j["peak_memory_bytes"] = s.peak_memory_bytes;
+    j["skipped_steps"] = s.skipped_steps;
+    j["loss_scale"] = s.loss_scale;
     j["steps"] = s.steps;
     j["samples"] = s.samples;
     j["epochs"] = s.epochs;

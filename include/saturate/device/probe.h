@@ -43,6 +43,9 @@ struct CpuInfo {
   int cores_online = 0;  ///< logical CPUs online
   int cores_usable = 0;  ///< logical CPUs this process may run on (sched_getaffinity)
   int64_t mem_total_bytes = 0;
+  /// Native bf16 arithmetic (avx512_bf16 or amx_bf16 in /proc/cpuinfo flags); without it, CPU
+  /// bf16 autocast is emulated and usually slower than fp32.
+  bool has_bf16 = false;
 };
 
 struct DeviceProbe {

@@ -28,7 +28,7 @@ struct ModelInputs {
 class Model {
  public:
   virtual ~Model() = default;
-  /// "fmnist-cnn", "mlp", or "torchscript:<path>".
+  /// A built-in name (see builtin_model_names()) or "torchscript:<path>".
   virtual std::string name() const = 0;
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
   /// Trainable parameters, in a stable order (the optimizer and checkpoints rely on it).
@@ -41,13 +41,23 @@ class Model {
   virtual void to(const c10::Device& device) = 0;
   /// Forward FLOPs per sample (multiply-add = 2), 0 when unknown (TorchScript).
   virtual int64_t forward_flops_per_sample() const { return 0; }
+  /// Splits the model into `segments` contiguous activation-checkpointed segments (0 turns it
+  /// off; more segments than layers clamp to one per layer): in training mode with grad on,
+  /// forward then keeps only each segment's input and backward recomputes the rest
+  /// (saturate::checkpoint), trading about one extra forward for activation memory. Returns
+  /// false, changing nothing, when the model cannot (TorchScript); the built-ins can, and throw
+  /// saturate::Error for a negative count.
+  virtual bool set_checkpoint_segments(int64_t /*segments*/) { return false; }
+  /// The segment count in effect after clamping; 0 when checkpointing is off.
+  virtual int64_t checkpoint_segments() const { return 0; }
 };
 
 /// Number of scalar parameters.
 int64_t count_parameters(Model& model);
 
-/// Builds a model from a spec: a built-in name ("mlp", "fmnist-cnn") or a TorchScript file
-/// ("torchscript:PATH", or any PATH ending in .pt/.pth). Throws saturate::Error for an unknown
+/// Builds a model from a spec: a built-in name ("mlp", "fmnist-cnn", "mlp-deep",
+/// "resnet18-cifar") or a TorchScript file ("torchscript:PATH", or any PATH ending in .pt/.pth).
+/// Throws saturate::Error for an unknown
 /// name (with a suggestion), a missing or unreadable file, or inputs the model cannot take.
 std::unique_ptr<Model> make_model(const std::string& spec, const ModelInputs& inputs);
 

@@ -9,6 +9,9 @@
 #include <optional>
 #include <string>
 
+#include "saturate/train/grad_scaler.h"
+#include "saturate/train/precision.h"
+
 namespace saturate {
 
 enum class OptimizerKind { kSgd, kAdamW };
@@ -35,6 +38,16 @@ struct TrainOptions {
   int64_t timing_warmup_steps = 10;  ///< steps excluded from steady-state samples/s
   bool evaluate = true;        ///< evaluate on the test split at the end
   int64_t eval_batch_size = 1000;
+  /// Resolved precision (resolve_precision() turns kAuto into one of the others first).
+  Precision precision = Precision::kFp32;
+  /// Micro-batches per optimizer step: each step still consumes batch_size samples, in
+  /// `accumulate` forward/backward passes of ceil(batch_size / accumulate), with each loss
+  /// weighted by its share of the batch so the gradients equal one pass over the whole batch.
+  int64_t accumulate = 1;
+  /// Activation checkpointing: the model's layers in this many recomputed segments (0 = off).
+  int64_t checkpoint_segments = 0;
+  /// Dynamic loss scaling; used only with fp16 (bf16 and fp32 need none).
+  GradScalerOptions scaler;
 
   /// Throws saturate::Error naming the first invalid field (sizes <= 0, lr <= 0, ...).
   void validate() const;

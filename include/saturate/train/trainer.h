@@ -18,10 +18,12 @@
 
 #include "saturate/data/dataset.h"
 #include "saturate/telemetry/step_record.h"
+#include "saturate/train/probe.h"
 #include "saturate/train/train_options.h"
 
 namespace saturate {
 
+class DeviceMemory;
 class Model;
 class TelemetrySink;
 
@@ -48,12 +50,17 @@ struct TrainSummary {
   double test_loss = std::numeric_limits<double>::quiet_NaN();
   PhaseBreakdown phases;
   bool is_interrupted = false;  ///< stopped early through the stop flag
+  int64_t peak_memory_bytes = 0;  ///< highest per-step peak (0 without a DeviceMemory)
+  int64_t skipped_steps = 0;      ///< optimizer steps skipped for non-finite gradients (fp16)
+  double loss_scale = 1.0;        ///< loss scale at the end (1 without loss scaling)
 };
 
 class Trainer {
  public:
-  /// Moves the model to `device` and builds the optimizer. `model` must outlive the trainer.
-  Trainer(Model& model, TrainOptions options, c10::Device device);
+  /// Moves the model to `device`, applies checkpoint segments and builds the optimizer. `model`
+  /// (and `memory`, when given) must outlive the trainer. With `memory`, each step's peak
+  /// memory is recorded and probe() is available.
+  Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory = nullptr);
   ~Trainer();
 
   /// Trains on `data.train` for options.steps (or epochs), then evaluates on `data.test` when
@@ -66,14 +73,26 @@ class Trainer {
   /// Accuracy and loss over `data` in eval mode without gradients; restores the train/eval mode.
   EvalResult evaluate(const TensorDataset& data, double normalize_mean, double normalize_std);
 
+  /// Runs one full training step (forward, backward, optimizer) on `batch_size` samples of
+  /// `data.train` and reports whether it fit in memory and its peak. The model, optimizer and
+  /// loss-scaler state are put back afterwards, fit or not, and cached memory is released, so
+  /// any number of probes leave the process as they found it. Needs a DeviceMemory.
+  ProbeResult probe(int64_t batch_size, const DatasetSplits& data);
+
   const TrainOptions& options() const { return options_; }
   const c10::Device& device() const { return device_; }
 
  private:
   struct State;
+  // One optimizer step on a batch already on the device: micro-batches under autocast, scaled
+  // backward, (scaled) optimizer step. Adds its forward/backward/optimizer times to `r` and
+  // sets loss, loss scale and the skipped flag.
+  void train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r);
+
   Model& model_;
   TrainOptions options_;
   c10::Device device_;
+  DeviceMemory* memory_;
   std::unique_ptr<State> state_;
 };
 

@@ -45,6 +45,14 @@ TEST(ModelZoo, MlpFlattensAnyShape) {
   EXPECT_EQ(m->forward(torch::zeros({2, 3, 8, 8})).sizes(), (std::vector<int64_t>{2, 5}));
 }
 
+TEST(ModelZoo, MlpDeepHasTwelveHiddenBlocks) {
+  auto m = make_model("mlp-deep", kFmnist);
+  // 784·512+512, 11 × (512·512+512), 512·10+10
+  EXPECT_EQ(count_parameters(*m), 401920 + 11 * 262656 + 5130);
+  EXPECT_EQ(m->forward(torch::zeros({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(m->forward_flops_per_sample(), 2 * (784 * 512 + 11 * 512 * 512 + 512 * 10));
+}
+
 TEST(ModelZoo, TrainEvalModeRoundTrips) {
   auto m = make_model("mlp", kFmnist);
   m->train(false);
@@ -72,6 +80,14 @@ TEST(TorchScriptModel, LoadsAndRunsTheFixture) {
   EXPECT_GT(count_parameters(*m), 0);
   EXPECT_GT(m->state_tensors().size(), m->parameters().size());  // batch-norm buffers
   EXPECT_EQ(m->forward(torch::zeros({4, 1, 28, 28})).sizes(), (std::vector<int64_t>{4, 10}));
+}
+
+TEST(TorchScriptModel, CannotBeCheckpointed) {
+  const std::string path = testing::fixtures_dir() + "/tiny_cnn.pt";
+  if (!exists(path)) GTEST_SKIP() << "fixture " << path << " was not generated";
+  auto m = make_model(path, kFmnist);
+  EXPECT_FALSE(m->set_checkpoint_segments(2));
+  EXPECT_EQ(m->checkpoint_segments(), 0);
 }
 
 TEST(TorchScriptModel, WrongOutputShapeIsAClearError) {

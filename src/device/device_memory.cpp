@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/device/device_memory.h"
+
+#include "device/device_memory_impl.h"
+#include "saturate/core/error.h"
+#include "saturate/core/units.h"
+#include "saturate/device/cpu_budget.h"
+
+namespace saturate {
+namespace {
+
+class CpuDeviceMemory final : public DeviceMemory {
+ public:
+  MemorySnapshot snapshot() const override {
+    const CpuBudgetStats s = cpu_budget_stats();
+    MemorySnapshot m;
+    m.live_bytes = s.live_bytes;
+    m.peak_bytes = s.peak_bytes;
+    m.reserved_bytes = s.live_bytes;  // nothing caches on the CPU path
+    m.limit_bytes = s.limit_bytes;
+    return m;
+  }
+  void reset_peak() override { reset_cpu_budget_peak(); }
+  void release_cached() override {}
+  int64_t limit_bytes() const override { return cpu_budget_stats().limit_bytes; }
+  std::string describe() const override {
+    const int64_t limit = limit_bytes();
+    return limit > 0 ? "cpu budget " + format_bytes(limit) : "cpu (no budget)";
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMemory> make_device_memory(const c10::Device& device, int64_t limit_bytes) {
+  SATURATE_CHECK(limit_bytes >= 0, "memory: --memory-limit must be positive, got ", limit_bytes);
+  if (device.is_cpu()) {
+    install_cpu_budget();
+    set_cpu_budget(limit_bytes);
+    return std::make_unique<CpuDeviceMemory>();
+  }
+  SATURATE_CHECK(device.is_cuda(), "memory: no memory accounting for device ", device.str());
+  return detail::make_cuda_device_memory(device.has_index() ? device.index() : 0, limit_bytes);
+}
+
+}  // namespace saturate
