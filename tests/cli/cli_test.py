@@ -271,6 +271,36 @@ def case_checkpoint_segments(tmp):
         fail(f"checkpointed run: {s}")
 
 
+def case_logdir_and_trace(tmp):
+    logdir = os.path.join(tmp, "logs")
+    trace = os.path.join(tmp, "trace.json")
+    small_train(tmp, "--logdir", logdir, "--trace", trace)
+    with open(os.path.join(logdir, "steps.jsonl")) as f:
+        lines = [json.loads(l) for l in f]
+    steps = [l for l in lines if l["type"] == "step"]
+    if len(steps) != 30 or not any(l["type"] == "eval" for l in lines):
+        fail(f"steps.jsonl: {len(steps)} steps")
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    if sum(1 for e in events if e.get("cat") == "step") != 30:
+        fail("trace lacks one step slice per step")
+    # TensorBoard's own reader must load the event file.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(logdir)
+    acc.Reload()
+    loss = acc.Scalars("train/loss")
+    if len(loss) != 30 or [e.step for e in loss] != list(range(30)):
+        fail(f"TensorBoard read {len(loss)} train/loss scalars")
+    if abs(loss[-1].value - steps[-1]["loss"]) > 1e-5 * max(1.0, abs(steps[-1]["loss"])):
+        fail(f"TensorBoard value {loss[-1].value} vs JSONL {steps[-1]['loss']}")
+    if len(acc.Scalars("eval/test_accuracy")) != 1:
+        fail("no eval/test_accuracy scalar")
+
+
+def case_bad_logdir(tmp):
+    expect_usage_error(["train", "--logdir", "/proc/no-such-logdir"], "--logdir")
+
+
 def case_precision_auto(tmp):
     _, err, s = small_train(tmp, "--precision", "auto")
     if s["precision"] not in ("bf16", "fp32") or "precision" not in err:

@@ -17,6 +17,8 @@
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/console_progress.h"
+#include "saturate/telemetry/file_sinks.h"
+#include "saturate/telemetry/tensorboard_writer.h"
 #include "saturate/train/trainer.h"
 
 namespace saturate::cli {
@@ -31,6 +33,8 @@ struct TrainFlags {
   std::string summary_json;
   std::string precision = "fp32";
   std::string memory_limit;
+  std::string logdir;
+  std::string trace;
   int threads = 0;
   bool quiet = false;
   bool no_eval = false;
@@ -110,6 +114,9 @@ int run_train(const std::vector<std::string>& args) {
   app.add_option("--memory-limit", f.memory_limit,
                  "cap device memory, e.g. 2GiB (CPU: a budget; CUDA: a smaller card)");
   app.add_option("--summary-json", f.summary_json, "write the run summary as JSON to FILE");
+  app.add_option("--logdir", f.logdir,
+                 "write TensorBoard scalars and steps.jsonl (one line per step) into DIR");
+  app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the step phases to FILE");
   app.add_flag("--no-eval", f.no_eval, "skip the test-split evaluation");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
   if (!parse_args(app, args)) return 0;
@@ -122,6 +129,24 @@ int run_train(const std::vector<std::string>& args) {
       f.memory_limit.empty() ? 0 : parse_bytes(f.memory_limit, "--memory-limit");
   // Fail on an unwritable summary path now, not after the run.
   if (!f.summary_json.empty()) check_writable(f.summary_json, "--summary-json");
+  // Sinks open their files now, so a bad --logdir or --trace fails before any work.
+  ConsoleProgress progress(std::cerr, stderr_is_tty());
+  MultiSink sinks;
+  if (!f.quiet) sinks.add(&progress);
+  std::unique_ptr<TensorBoardSink> tensorboard;
+  std::unique_ptr<JsonlSink> jsonl;
+  std::unique_ptr<TraceSink> trace;
+  if (!f.logdir.empty()) {
+    tensorboard = std::make_unique<TensorBoardSink>(f.logdir);
+    jsonl = std::make_unique<JsonlSink>(f.logdir + "/steps.jsonl");
+    sinks.add(tensorboard.get());
+    sinks.add(jsonl.get());
+  }
+  if (!f.trace.empty()) {
+    trace = std::make_unique<TraceSink>(f.trace);
+    sinks.add(trace.get());
+  }
+
   const DeviceSpec spec = DeviceSpec::parse(f.device);
   const int threads = configure_threads(f.threads);
   const DeviceProbe probe = probe_devices();
@@ -142,8 +167,7 @@ int run_train(const std::vector<std::string>& args) {
   SATURATE_LOG_INFO("train: data ", splits.description);
 
   Trainer trainer(*model, opts, choice.device, memory.get());
-  ConsoleProgress progress(std::cerr, stderr_is_tty());
-  const TrainSummary s = trainer.fit(splits, f.quiet ? nullptr : &progress, &g_interrupted);
+  const TrainSummary s = trainer.fit(splits, &sinks, &g_interrupted);
   const std::string device = choice.device.str();
   print_summary(std::cout, s, opts, model->name(), f.data, device, threads);
 

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// TensorBoardWriter: scalar summaries in TensorBoard's event-file format (TFRecord framing with
+// masked CRC32C around hand-encoded Event/Summary protos), with no protobuf dependency.
+// TensorBoardSink turns step records into scalars.
+//
+//   TensorBoardWriter tb("runs/tuned");      // runs/tuned/events.out.tfevents.<time>.<host>.saturate
+//   tb.add_scalar("train/loss", 0.42, /*step=*/10);
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "saturate/telemetry/telemetry_sink.h"
+
+namespace saturate {
+
+/// CRC-32C (Castagnoli) of `size` bytes.
+uint32_t crc32c(const void* data, size_t size);
+/// TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
+uint32_t masked_crc32c(const void* data, size_t size);
+
+class TensorBoardWriter {
+ public:
+  /// Creates `logdir` (one level) when missing and opens a new event file in it, writing the
+  /// file_version record. Throws saturate::Error naming the folder when it cannot be written.
+  explicit TensorBoardWriter(const std::string& logdir);
+  ~TensorBoardWriter();
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  /// Appends one scalar. `wall_time_s` < 0 means now. I/O errors are remembered, not thrown
+  /// (the run matters more than its log); see is_ok().
+  void add_scalar(const std::string& tag, double value, int64_t step, double wall_time_s = -1);
+  void flush();
+  bool is_ok() const { return ok_; }
+  const std::string& path() const { return path_; }
+
+  /// The bytes of one framed record holding an encoded Event (exposed for tests).
+  static std::string frame_record(const std::string& payload);
+  /// Encoded Event{wall_time, step, summary{value{tag, simple_value}}}.
+  static std::string encode_scalar_event(const std::string& tag, float value, int64_t step,
+                                         double wall_time_s);
+
+ private:
+  void write_record(const std::string& payload);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  bool ok_ = true;
+};
+
+/// Writes per-step scalars (train/loss, train/samples_per_s, train/step_ms, time/<phase>_ms,
+/// train/lr, train/loss_scale, memory/peak_bytes) and eval metrics (eval/<metric>).
+class TensorBoardSink : public TelemetrySink {
+ public:
+  explicit TensorBoardSink(const std::string& logdir) : writer_(logdir) {}
+  void on_step(const StepRecord& r) override;
+  void on_eval(int64_t step, const std::string& metric, double value) override;
+  void on_end() override { writer_.flush(); }
+  const TensorBoardWriter& writer() const { return writer_; }
+
+ private:
+  TensorBoardWriter writer_;
+};
+
+}  // namespace saturate

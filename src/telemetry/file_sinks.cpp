@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/telemetry/file_sinks.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "saturate/core/error.h"
+#include "saturate/core/json.h"
+
+namespace saturate {
+
+JsonlSink::JsonlSink(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "w");
+  SATURATE_CHECK(file_ != nullptr, "telemetry: cannot write '", path, "': ", std::strerror(errno));
+}
+
+JsonlSink::~JsonlSink() {
+  if (file_) std::fclose(file_);
+}
+
+std::string JsonlSink::step_line(const StepRecord& r) {
+  nlohmann::json j;
+  j["type"] = "step";
+  j["step"] = r.step;
+  j["epoch"] = r.epoch;
+  j["samples"] = r.samples;
+  j["step_ms"] = r.step_ms;
+  j["data_wait_ms"] = r.data_wait_ms;
+  j["host_to_device_ms"] = r.host_to_device_ms;
+  j["forward_ms"] = r.forward_ms;
+  j["backward_ms"] = r.backward_ms;
+  j["optimizer_ms"] = r.optimizer_ms;
+  j["communication_ms"] = r.communication_ms;
+  j["other_ms"] = r.other_ms;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["loss_scale"] = r.loss_scale;
+  j["skipped"] = r.is_skipped;
+  j["mem_peak_bytes"] = r.mem_peak_bytes;
+  return j.dump();
+}
+
+void JsonlSink::on_step(const StepRecord& r) {
+  const std::string line = step_line(r) + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+}
+
+void JsonlSink::on_eval(int64_t step, const std::string& metric, double value) {
+  const std::string line =
+      nlohmann::json{{"type", "eval"}, {"step", step}, {"metric", metric}, {"value", value}}
+          .dump() +
+      "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
+void JsonlSink::on_end() { std::fflush(file_); }
+
+TraceSink::TraceSink(const std::string& path)
+    : path_(path), origin_(std::chrono::steady_clock::now()) {
+  // Create it now: an unwritable path should fail before the run, not after.
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  SATURATE_CHECK(f != nullptr, "telemetry: cannot write --trace '", path, "': ",
+                 std::strerror(errno));
+  std::fclose(f);
+}
+
+void TraceSink::on_step(const StepRecord& r) {
+  const double end_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+  double t = end_us - r.step_ms * 1000.0;
+  slices_.push_back({"step " + std::to_string(r.step), t, r.step_ms * 1000.0, r.step});
+  const std::pair<const char*, double> phases[] = {
+      {"data_wait", r.data_wait_ms},   {"host_to_device", r.host_to_device_ms},
+      {"forward", r.forward_ms},       {"backward", r.backward_ms},
+      {"optimizer", r.optimizer_ms},   {"communication", r.communication_ms},
+      {"other", r.other_ms}};
+  for (const auto& [name, ms] : phases) {
+    if (ms <= 0) continue;
+    slices_.push_back({name, t, ms * 1000.0, r.step});
+    t += ms * 1000.0;
+  }
+}
+
+std::string TraceSink::json() const {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1},
+                    {"args", {{"name", "saturate train"}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1},
+                    {"args", {{"name", "training step"}}}});
+  for (const auto& s : slices_) {
+    const bool is_step = s.name.rfind("step ", 0) == 0;
+    events.push_back({{"name", s.name},
+                      {"cat", is_step ? "step" : "phase"},
+                      {"ph", "X"},
+                      {"ts", s.ts_us},
+                      {"dur", s.dur_us},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"args", {{"step", s.step}}}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+void TraceSink::on_end() {
+  std::FILE* f = std::fopen(path_.c_str(), "w");
+  if (!f) return;  // reported at construction; a vanished folder now loses only the trace
+  const std::string text = json();
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+}  // namespace saturate

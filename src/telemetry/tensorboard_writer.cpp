@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/telemetry/tensorboard_writer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "saturate/core/error.h"
+
+namespace saturate {
+namespace {
+
+// Table-driven CRC-32C, reflected polynomial 0x82F63B78.
+const std::array<uint32_t, 256>& crc_table() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+template <typename T>
+void put_fixed(std::string& out, T v) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &v, sizeof(T));  // x86-64 and aarch64 Linux are little-endian, as TFRecord
+  out.append(bytes, sizeof(T));
+}
+
+void put_bytes_field(std::string& out, uint32_t field, const std::string& bytes) {
+  put_varint(out, (field << 3) | 2);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  return gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "localhost";
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t size) {
+  const auto& table = crc_table();
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+uint32_t masked_crc32c(const void* data, size_t size) {
+  const uint32_t crc = crc32c(data, size);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+std::string TensorBoardWriter::frame_record(const std::string& payload) {
+  std::string out;
+  const uint64_t length = payload.size();
+  put_fixed(out, length);
+  put_fixed(out, masked_crc32c(out.data(), 8));
+  out += payload;
+  put_fixed(out, masked_crc32c(payload.data(), payload.size()));
+  return out;
+}
+
+std::string TensorBoardWriter::encode_scalar_event(const std::string& tag, float value,
+                                                   int64_t step, double wall_time_s) {
+  std::string v;  // Summary.Value: tag = 1 (bytes), simple_value = 2 (float)
+  put_bytes_field(v, 1, tag);
+  put_varint(v, (2 << 3) | 5);
+  put_fixed(v, value);
+  std::string summary;  // Summary: value = 1 (repeated message)
+  put_bytes_field(summary, 1, v);
+  std::string event;  // Event: wall_time = 1 (double), step = 2 (int64), summary = 5
+  put_varint(event, (1 << 3) | 1);
+  put_fixed(event, wall_time_s);
+  put_varint(event, (2 << 3) | 0);
+  put_varint(event, static_cast<uint64_t>(step));
+  put_bytes_field(event, 5, summary);
+  return event;
+}
+
+TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
+  SATURATE_CHECK(!logdir.empty(), "telemetry: --logdir is empty");
+  struct stat st {};
+  if (stat(logdir.c_str(), &st) != 0) {
+    SATURATE_CHECK(mkdir(logdir.c_str(), 0755) == 0, "telemetry: cannot create --logdir '", logdir,
+                   "': ", std::strerror(errno));
+  } else {
+    SATURATE_CHECK(S_ISDIR(st.st_mode), "telemetry: --logdir '", logdir, "' is not a folder");
+  }
+  const double t = now_s();
+  char stamp[32];
+  std::snprintf(stamp, sizeof(stamp), "%010lld", static_cast<long long>(t));
+  path_ = logdir + "/events.out.tfevents." + stamp + "." + host_name() + "." +
+          std::to_string(getpid()) + ".saturate";
+  file_ = std::fopen(path_.c_str(), "wb");
+  SATURATE_CHECK(file_ != nullptr, "telemetry: cannot write in --logdir '", logdir, "': ",
+                 std::strerror(errno));
+  std::string event;  // Event{wall_time, file_version = 3: "brain.Event:2"}
+  put_varint(event, (1 << 3) | 1);
+  put_fixed(event, t);
+  put_bytes_field(event, 3, "brain.Event:2");
+  write_record(event);
+  flush();
+}
+
+TensorBoardWriter::~TensorBoardWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void TensorBoardWriter::write_record(const std::string& payload) {
+  const std::string record = frame_record(payload);
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) ok_ = false;
+}
+
+void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step,
+                                   double wall_time_s) {
+  write_record(encode_scalar_event(tag, static_cast<float>(value), step,
+                                   wall_time_s < 0 ? now_s() : wall_time_s));
+}
+
+void TensorBoardWriter::flush() {
+  if (std::fflush(file_) != 0) ok_ = false;
+}
+
+void TensorBoardSink::on_step(const StepRecord& r) {
+  const double t = now_s();
+  writer_.add_scalar("train/loss", r.loss, r.step, t);
+  writer_.add_scalar("train/lr", r.lr, r.step, t);
+  writer_.add_scalar("train/step_ms", r.step_ms, r.step, t);
+  if (r.step_ms > 0)
+    writer_.add_scalar("train/samples_per_s", r.samples / (r.step_ms / 1000.0), r.step, t);
+  writer_.add_scalar("time/data_wait_ms", r.data_wait_ms, r.step, t);
+  writer_.add_scalar("time/host_to_device_ms", r.host_to_device_ms, r.step, t);
+  writer_.add_scalar("time/forward_ms", r.forward_ms, r.step, t);
+  writer_.add_scalar("time/backward_ms", r.backward_ms, r.step, t);
+  writer_.add_scalar("time/optimizer_ms", r.optimizer_ms, r.step, t);
+  if (r.loss_scale != 1.0) writer_.add_scalar("train/loss_scale", r.loss_scale, r.step, t);
+  if (r.mem_peak_bytes > 0)
+    writer_.add_scalar("memory/peak_bytes", static_cast<double>(r.mem_peak_bytes), r.step, t);
+}
+
+void TensorBoardSink::on_eval(int64_t step, const std::string& metric, double value) {
+  writer_.add_scalar("eval/" + metric, value, step);
+  writer_.flush();
+}
+
+}  // namespace saturate
