@@ -35,6 +35,7 @@ def mask(text):
     text = re.sub(r"\b\d+(\.\d+)? (ms|s|min|h)\b( \d+ (s|min)\b)?", "<duration>", text)
     text = re.sub(r"\d+\.\d+", "<num>", text)
     text = re.sub(r"\b\d+\b", "<n>", text)
+    text = re.sub(r"(?<=\S) {2,}(?=\S)", "  ", text)  # column padding follows number widths
     return text
 
 
@@ -299,6 +300,43 @@ def case_logdir_and_trace(tmp):
 
 def case_bad_logdir(tmp):
     expect_usage_error(["train", "--logdir", "/proc/no-such-logdir"], "--logdir")
+
+
+def case_profile_json(tmp):
+    data = make_idx_dir(tmp)
+    trace = os.path.join(tmp, "p.json")
+    code, out, err = run("profile", "--data", "idx:" + data, "--model", "fmnist-cnn", "--steps",
+                         "24", "--batch-size", "32", "--window", "6", "--warmup-steps", "4",
+                         "--json", "--trace", trace)
+    if code != 0:
+        fail(f"profile exit {code}\n{err}")
+    j = json.loads(out)
+    phases = j["phases_ms"]
+    for k in ("data_wait", "host_to_device", "forward", "backward", "optimizer", "other"):
+        if k not in phases:
+            fail(f"profile lacks phase {k}")
+    total = sum(phases.values())
+    if abs(total - j["step_ms"]) > 0.02 * j["step_ms"]:
+        fail(f"phases sum to {total} ms, step is {j['step_ms']} ms")
+    if j["steps"] != 24 or j["windows"] != 3 or not j["samples_per_s"] > 0:
+        fail(f"profile numbers: {j}")
+    if not j["train_flops_per_sample"] > 0 or j["mfu_pct"] is None or not j["peak_memory_bytes"] > 0:
+        fail(f"profile compute/memory: {j}")
+    with open(trace) as f:
+        json.load(f)
+
+
+def case_profile_table(tmp):
+    data = make_idx_dir(tmp)
+    code, out, err = run("profile", "--data", "idx:" + data, "--model", "mlp", "--steps", "12",
+                         "--batch-size", "16", "--window", "4", "--warmup-steps", "2")
+    if code != 0:
+        fail(f"profile exit {code}\n{err}")
+    check_golden("profile_table.txt", out)
+
+
+def case_profile_bad_steps(tmp):
+    expect_usage_error(["profile", "--steps", "0"], "--steps must be positive")
 
 
 def case_precision_auto(tmp):

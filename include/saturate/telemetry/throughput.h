@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Steady-state throughput from step records: warm-up excluded, samples/s per window of steps,
+// the median of the windows, and how much the windows disagree — the number the tuner uses to
+// decide whether a measurement is good enough.
+//
+//   ThroughputStats t = steady_throughput(records, /*warmup_steps=*/5, /*window_steps=*/10);
+//   if (t.spread_pct < 3.0) accept(t.samples_per_s);
+
+#include <cstdint>
+#include <vector>
+
+#include "saturate/telemetry/step_record.h"
+
+namespace saturate {
+
+struct ThroughputStats {
+  double samples_per_s = 0.0;  ///< median over windows of (window samples / window time)
+  double mean_samples_per_s = 0.0;  ///< all steady steps' samples over their total time
+  /// Median absolute deviation of the window rates relative to their median, in percent
+  /// (robust to one outlier window); 0 with a single window.
+  double spread_pct = 0.0;
+  int64_t windows = 0;
+  int64_t steps = 0;  ///< steady-state steps used
+};
+
+/// Drops the first `warmup_steps` records (none when that would leave nothing), cuts the rest
+/// into consecutive windows of `window_steps` (the last window, when shorter than half a
+/// window, joins the one before) and summarises them. window_steps <= 0 means one window.
+ThroughputStats steady_throughput(const std::vector<StepRecord>& records, int64_t warmup_steps,
+                                  int64_t window_steps);
+
+}  // namespace saturate

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// saturate profile: run N training steps of a config and show where each step's time goes.
+#include <cmath>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+#include "saturate/core/json.h"
+#include "saturate/core/units.h"
+#include "saturate/data/dataset.h"
+#include "saturate/device/device_memory.h"
+#include "saturate/device/device_spec.h"
+#include "saturate/device/probe.h"
+#include "saturate/device/threads.h"
+#include "saturate/models/model.h"
+#include "saturate/report/context.h"
+#include "saturate/telemetry/file_sinks.h"
+#include "saturate/telemetry/tensorboard_writer.h"
+#include "saturate/telemetry/throughput.h"
+#include "saturate/train/trainer.h"
+
+namespace saturate::cli {
+namespace {
+
+struct Phase {
+  const char* name;
+  double ms;
+};
+
+}  // namespace
+
+int run_profile(const std::vector<std::string>& args) {
+  TrainOptions opts;
+  opts.steps = 50;
+  opts.evaluate = false;
+  opts.timing_warmup_steps = 5;
+  std::string model_spec = "fmnist-cnn", data_spec = "fashion-mnist", device_text = "auto";
+  std::string precision_text = "fp32", memory_limit_text, trace_path, logdir;
+  int threads_requested = 0;
+  int64_t window_steps = 10;
+  bool as_json = false;
+  CLI::App app{"Run training steps of a config and show where each step's time goes.",
+               "saturate profile"};
+  app.add_option("--model", model_spec, "fmnist-cnn, mlp, mlp-deep, resnet18-cifar or PATH.pt")
+      ->capture_default_str();
+  app.add_option("--data", data_spec, "fashion-mnist, mnist or idx:DIR")->capture_default_str();
+  app.add_option("--steps", opts.steps, "training steps to run")->capture_default_str();
+  app.add_option("--batch-size", opts.batch_size, "samples per step")->capture_default_str();
+  app.add_option("--precision", precision_text, "fp32, tf32, bf16, fp16 or auto")
+      ->capture_default_str();
+  app.add_option("--accumulate", opts.accumulate, "micro-batches per step")->capture_default_str();
+  app.add_option("--checkpoint-segments", opts.checkpoint_segments, "activation checkpointing")
+      ->capture_default_str();
+  app.add_option("--memory-limit", memory_limit_text, "cap device memory, e.g. 2GiB");
+  app.add_option("--device", device_text, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--threads", threads_requested, "intra-op threads; 0 = usable cores")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", opts.timing_warmup_steps, "steps left out of the timing")
+      ->capture_default_str();
+  app.add_option("--window", window_steps, "steps per throughput window")->capture_default_str();
+  app.add_option("--seed", opts.seed, "seed")->capture_default_str();
+  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace to FILE");
+  app.add_option("--logdir", logdir, "write TensorBoard scalars and steps.jsonl into DIR");
+  app.add_flag("--json", as_json, "print the profile as JSON");
+  if (!parse_args(app, args)) return 0;
+  SATURATE_CHECK(opts.steps > 0, "profile: --steps must be positive, got ", opts.steps);
+  SATURATE_CHECK(window_steps > 0, "profile: --window must be positive, got ", window_steps);
+  const Precision requested = parse_precision(precision_text);
+  const int64_t memory_limit =
+      memory_limit_text.empty() ? 0 : parse_bytes(memory_limit_text, "--memory-limit");
+
+  MultiSink sinks;
+  MemorySink records;
+  sinks.add(&records);
+  std::unique_ptr<TraceSink> trace;
+  std::unique_ptr<TensorBoardSink> tensorboard;
+  std::unique_ptr<JsonlSink> jsonl;
+  if (!trace_path.empty()) sinks.add((trace = std::make_unique<TraceSink>(trace_path)).get());
+  if (!logdir.empty()) {
+    sinks.add((tensorboard = std::make_unique<TensorBoardSink>(logdir)).get());
+    sinks.add((jsonl = std::make_unique<JsonlSink>(logdir + "/steps.jsonl")).get());
+  }
+
+  const DeviceSpec spec = DeviceSpec::parse(device_text);
+  const int threads = configure_threads(threads_requested);
+  const DeviceProbe probe = probe_devices();
+  const DeviceChoice choice = select_device(spec, probe);
+  opts.precision = resolve_precision(requested, choice.device, probe).precision;
+  opts.validate();
+  const DatasetSplits data = load_dataset(data_spec);
+  auto memory = make_device_memory(choice.device, memory_limit);
+  seed_everything(opts.seed);
+  auto model = make_model(model_spec, {data.train.sample_shape(), data.train.num_classes});
+  Trainer trainer(*model, opts, choice.device, memory.get());
+  const TrainSummary summary = trainer.fit(data, &sinks, &g_interrupted);
+  const ThroughputStats tp =
+      steady_throughput(records.records(), opts.timing_warmup_steps, window_steps);
+
+  const PhaseBreakdown& p = summary.phases;
+  const Phase phases[] = {{"data_wait", p.data_wait_ms}, {"host_to_device", p.host_to_device_ms},
+                          {"forward", p.forward_ms},     {"backward", p.backward_ms},
+                          {"optimizer", p.optimizer_ms}, {"other", p.other_ms}};
+  // Training FLOPs ≈ 3 × forward (backward computes gradients for inputs and weights).
+  const double train_flops = 3.0 * static_cast<double>(model->forward_flops_per_sample());
+  const double achieved_flops = train_flops * tp.samples_per_s;
+  // The reference peak: on CPU the measured GEMM rate of this machine (what its BLAS can do).
+  const double peak_flops = choice.device.is_cpu() ? measure_gemm_gflops(512, 5) * 1e9 : 0.0;
+  const double mfu_pct = peak_flops > 0 && train_flops > 0 ? 100.0 * achieved_flops / peak_flops
+                                                           : std::nan("");
+  const std::string device = choice.device.str();
+
+  if (as_json) {
+    nlohmann::json j;
+    j["schema_version"] = 1;
+    j["model"] = model->name();
+    j["data"] = data_spec;
+    j["device"] = device;
+    j["threads"] = threads;
+    j["batch_size"] = opts.batch_size;
+    j["precision"] = to_string(opts.precision);
+    j["accumulate"] = opts.accumulate;
+    j["steps"] = summary.steps;
+    j["samples_per_s"] = tp.samples_per_s;
+    j["samples_per_s_spread_pct"] = tp.spread_pct;
+    j["windows"] = tp.windows;
+    j["step_ms"] = p.step_ms;
+    for (const auto& ph : phases) j["phases_ms"][ph.name] = ph.ms;
+    j["peak_memory_bytes"] = summary.peak_memory_bytes;
+    j["train_flops_per_sample"] = train_flops;
+    j["achieved_flops_per_s"] = achieved_flops;
+    j["mfu_pct"] = std::isnan(mfu_pct) ? nlohmann::json() : nlohmann::json(mfu_pct);
+    j["context"] = run_context(probe, device);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "saturate profile: " << model->name() << " on " << data_spec << ", " << device
+              << ", " << threads << " threads, batch " << opts.batch_size << ", "
+              << to_string(opts.precision) << "\n";
+    std::cout << "  samples/s     " << format_fixed(tp.samples_per_s, 1) << " (median of "
+              << tp.windows << " windows of " << window_steps << " steps, spread "
+              << format_fixed(tp.spread_pct, 1) << "%)\n";
+    std::cout << "  step          " << format_fixed(p.step_ms, 2) << " ms\n";
+    std::cout << "  phase                     ms   share\n";
+    for (const auto& ph : phases) {
+      std::string name = ph.name;
+      name.resize(16, ' ');
+      std::string ms = format_fixed(ph.ms, 2);
+      ms.insert(0, ms.size() < 8 ? 8 - ms.size() : 0, ' ');
+      std::string share =
+          format_fixed(p.step_ms > 0 ? 100.0 * ph.ms / p.step_ms : 0.0, 1) + "%";
+      share.insert(0, share.size() < 7 ? 7 - share.size() : 0, ' ');
+      std::cout << "    " << name << ms << " " << share << "\n";
+    }
+    if (train_flops > 0) {
+      std::cout << "  compute       " << format_fixed(train_flops / 1e6, 1)
+                << " MFLOP/sample (3x forward), " << format_fixed(achieved_flops / 1e9, 1)
+                << " GFLOP/s";
+      if (!std::isnan(mfu_pct))
+        std::cout << ", " << format_fixed(mfu_pct, 1) << "% of the measured GEMM peak ("
+                  << format_fixed(peak_flops / 1e9, 1) << " GFLOP/s)";
+      std::cout << "\n";
+    }
+    if (summary.peak_memory_bytes > 0)
+      std::cout << "  peak memory   " << format_bytes(summary.peak_memory_bytes) << "\n";
+  }
+  return static_cast<int>(summary.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
+}
+
+}  // namespace saturate::cli
