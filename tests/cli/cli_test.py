@@ -339,6 +339,41 @@ def case_profile_bad_steps(tmp):
     expect_usage_error(["profile", "--steps", "0"], "--steps must be positive")
 
 
+def case_monitor_fake_nvml(tmp):
+    code, out, err = run("monitor", "--interval", "50", "--count", "2", "--json")
+    if code != 0:
+        fail(f"monitor exit {code}\n{err}")
+    lines = [json.loads(l) for l in out.splitlines()]
+    if len(lines) != 2 or any(len(l["gpus"]) != 2 for l in lines):
+        fail(f"monitor with the fake NVML: {out}")
+    g1 = lines[1]["gpus"][1]
+    if g1["name"] != "Fake GPU 1" or g1["throttle_reasons"] != ["sw_power_cap", "hw_thermal_slowdown"]:
+        fail(f"fake GPU 1: {g1}")
+    if not lines[1]["gpus"][0]["energy_j"] > lines[0]["gpus"][0]["energy_j"]:
+        fail("energy counter did not rise")
+
+
+def case_monitor_no_nvml(tmp):
+    code, out, err = run("monitor", "--interval", "50", "--count", "1")
+    if code != 0 or "no NVML" not in err or "cpu" not in out:
+        fail(f"monitor without NVML: exit {code}\n{out}\n{err}")
+
+
+def case_monitor_bad_interval(tmp):
+    expect_usage_error(["monitor", "--interval", "0"], "--interval")
+
+
+def case_profile_fake_nvml(tmp):
+    data = make_idx_dir(tmp)
+    code, out, err = run("profile", "--data", "idx:" + data, "--model", "mlp", "--steps", "10",
+                         "--batch-size", "16", "--json", "--interval", "20")
+    if code != 0:
+        fail(f"profile exit {code}\n{err}")
+    d = json.loads(out)["device_samples"]
+    if d["gpu_status"] != "NVML: 2 GPUs" or not d["joules_per_sample"] > 0 or d["gpu_util_pct"] != 37:
+        fail(f"device samples: {d}")
+
+
 def case_precision_auto(tmp):
     _, err, s = small_train(tmp, "--precision", "auto")
     if s["precision"] not in ("bf16", "fp32") or "precision" not in err:

@@ -16,6 +16,8 @@
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/file_sinks.h"
+#include "saturate/telemetry/sample_summary.h"
+#include "saturate/telemetry/sampler.h"
 #include "saturate/telemetry/tensorboard_writer.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/train/trainer.h"
@@ -39,6 +41,8 @@ int run_profile(const std::vector<std::string>& args) {
   std::string precision_text = "fp32", memory_limit_text, trace_path, logdir;
   int threads_requested = 0;
   int64_t window_steps = 10;
+  SamplerOptions sampler_options;
+  sampler_options.interval_ms = 100;
   bool as_json = false;
   CLI::App app{"Run training steps of a config and show where each step's time goes.",
                "saturate profile"};
@@ -62,6 +66,9 @@ int run_profile(const std::vector<std::string>& args) {
   app.add_option("--seed", opts.seed, "seed")->capture_default_str();
   app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace to FILE");
   app.add_option("--logdir", logdir, "write TensorBoard scalars and steps.jsonl into DIR");
+  app.add_option("--interval", sampler_options.interval_ms,
+                 "device sampling interval in ms (CPU, RSS; GPUs through NVML)")
+      ->capture_default_str();
   app.add_flag("--json", as_json, "print the profile as JSON");
   if (!parse_args(app, args)) return 0;
   SATURATE_CHECK(opts.steps > 0, "profile: --steps must be positive, got ", opts.steps);
@@ -93,7 +100,16 @@ int run_profile(const std::vector<std::string>& args) {
   seed_everything(opts.seed);
   auto model = make_model(model_spec, {data.train.sample_shape(), data.train.num_classes});
   Trainer trainer(*model, opts, choice.device, memory.get());
+  DeviceSampler sampler(sampler_options);
+  // Readings at both ends bracket the run, so even a run shorter than one interval has an
+  // energy difference and a CPU utilisation.
+  std::vector<DeviceSample> readings = {sampler.sample_now()};
+  sampler.start();
   const TrainSummary summary = trainer.fit(data, &sinks, &g_interrupted);
+  sampler.stop();
+  for (const auto& d : sampler.samples()) readings.push_back(d);
+  readings.push_back(sampler.sample_now());
+  const SampleSummary device_samples = summarize_samples(readings, summary.samples);
   const ThroughputStats tp =
       steady_throughput(records.records(), opts.timing_warmup_steps, window_steps);
 
@@ -130,6 +146,16 @@ int run_profile(const std::vector<std::string>& args) {
     j["train_flops_per_sample"] = train_flops;
     j["achieved_flops_per_s"] = achieved_flops;
     j["mfu_pct"] = std::isnan(mfu_pct) ? nlohmann::json() : nlohmann::json(mfu_pct);
+    j["device_samples"] = {{"count", device_samples.count},
+                           {"gpu_status", sampler.gpu_status()},
+                           {"cpu_util_pct", device_samples.cpu_util_pct},
+                           {"process_rss_peak_bytes", device_samples.process_rss_peak_bytes},
+                           {"gpu_util_pct", device_samples.gpu_util_pct},
+                           {"gpu_power_w", device_samples.gpu_power_w},
+                           {"gpu_energy_j", device_samples.gpu_energy_j},
+                           {"joules_per_sample", device_samples.joules_per_sample},
+                           {"gpu_temperature_max_c", device_samples.gpu_temperature_max_c},
+                           {"throttle_reasons", device_samples.throttle_reasons}};
     j["context"] = run_context(probe, device);
     std::cout << j.dump(2) << "\n";
   } else {
@@ -162,6 +188,21 @@ int run_profile(const std::vector<std::string>& args) {
     }
     if (summary.peak_memory_bytes > 0)
       std::cout << "  peak memory   " << format_bytes(summary.peak_memory_bytes) << "\n";
+    std::cout << "  cpu           " << format_fixed(device_samples.cpu_util_pct, 0)
+              << "% busy (mean of " << device_samples.count << " samples), process RSS peak "
+              << format_bytes(device_samples.process_rss_peak_bytes) << "\n";
+    std::cout << "  gpu           ";
+    if (device_samples.gpu_util_pct >= 0) {
+      std::cout << format_fixed(device_samples.gpu_util_pct, 0) << "% busy";
+      if (device_samples.gpu_power_w >= 0)
+        std::cout << ", " << format_fixed(device_samples.gpu_power_w, 0) << " W";
+      if (device_samples.joules_per_sample >= 0)
+        std::cout << ", " << format_fixed(device_samples.joules_per_sample, 3) << " J/sample";
+      for (const auto& t : device_samples.throttle_reasons) std::cout << ", throttled: " << t;
+      std::cout << "\n";
+    } else {
+      std::cout << sampler.gpu_status() << "\n";
+    }
   }
   return static_cast<int>(summary.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
 }

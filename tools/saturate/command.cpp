@@ -21,6 +21,7 @@ const std::vector<Command>& commands() {
   // The table is the registry: add a command here and in command.h.
   static const std::vector<Command> table = {
       {"doctor", "check the environment: LibTorch, CUDA, BLAS, threads, data", run_doctor},
+      {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},
       {"profile", "run training steps and show where each step's time goes", run_profile},
       {"train", "train a model and report samples/s and accuracy", run_train},
   };

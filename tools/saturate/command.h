@@ -39,6 +39,7 @@ void check_writable(const std::string& path, const std::string& flag);
 bool stderr_is_tty();
 
 int run_doctor(const std::vector<std::string>& args);
+int run_monitor(const std::vector<std::string>& args);
 int run_profile(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 

@@ -16,11 +16,11 @@ namespace saturate {
 struct GpuSample {
   int index = 0;                 ///< NVML device index.
   std::string name;              ///< product name, empty when not reported.
-  double util_pct = -1;          ///< kernel duty cycle over the driver's last period (not SM occupancy).
+  double util_pct = -1;          ///< kernel duty cycle over the driver's period; not SM occupancy.
   int64_t mem_used_bytes = -1;   ///< device memory allocated by all contexts (includes caches).
   int64_t mem_total_bytes = -1;  ///< installed device memory.
   double temperature_c = -1;     ///< GPU die temperature.
-  double power_w = -1;           ///< board power; averaged over 1 s on Ampere (not GA100) and newer.
+  double power_w = -1;           ///< board power; a 1 s average on Ampere (not GA100) and newer.
   double energy_j = -1;          ///< energy counter since the driver loaded (Volta+); use deltas.
   double sm_clock_mhz = -1;      ///< current SM clock.
   uint64_t throttle_reasons = 0;  ///< NVML clock throttle (event) reason bitmask, 0 when none.

@@ -4,7 +4,8 @@
 // fixed strings) plus thin readers of the live files.
 //
 //   ProcStat before = read_proc_stat(); ...; ProcStat after = read_proc_stat();
-//   CpuSample cpu = cpu_util_between(before, after); cpu.process_rss_bytes = read_process_rss_bytes();
+//   CpuSample cpu = cpu_util_between(before, after);
+//   cpu.process_rss_bytes = read_process_rss_bytes();
 
 #include <cstdint>
 #include <optional>
