@@ -132,8 +132,15 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
   it_opts.normalize_mean = data.normalize_mean;
   it_opts.normalize_std = data.normalize_std;
   BatchIterator batches(train, it_opts);
+  return fit(batches, data, sink, stop);
+}
 
-  const int64_t total = options_.total_steps(train.size());
+TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, TelemetrySink* sink,
+                          const std::atomic<bool>* stop) {
+  const TensorDataset& train = data.train;
+  SATURATE_CHECK(batches.batches_per_epoch() > 0, "train: the batch source yields no batches");
+  const int64_t total =
+      options_.steps > 0 ? options_.steps : options_.epochs * batches.batches_per_epoch();
   const int64_t warmup = options_.resolved_warmup_steps(total);
   std::vector<StepRecord> records;
   records.reserve(static_cast<size_t>(total));
@@ -192,7 +199,9 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
     summary.skipped_steps += r.is_skipped ? 1 : 0;
   }
   summary.loss_scale = state_->scaler->is_enabled() ? state_->scaler->get_scale() : 1.0;
-  summary.epochs = static_cast<double>(summary.samples) / static_cast<double>(train.size());
+  summary.epochs = train.size() > 0 ? static_cast<double>(summary.samples) /
+                                         static_cast<double>(train.size())
+                                   : 0.0;
   summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
   const size_t tail = std::min<size_t>(50, records.size());
   double tail_loss = 0.0;

@@ -17,16 +17,10 @@
 #include <optional>
 #include <vector>
 
+#include "saturate/data/batch_source.h"
 #include "saturate/data/dataset.h"
 
 namespace saturate {
-
-/// One mini-batch on the host.
-struct Batch {
-  at::Tensor inputs;   ///< float32 [B, C, H, W]: (pixel / 255 - normalize_mean) / normalize_std
-  at::Tensor targets;  ///< int64 [B]
-  int64_t size = 0;    ///< B; smaller than batch_size only for the last batch without drop_last
-};
 
 struct BatchIteratorOptions {
   int64_t batch_size = 64;
@@ -40,7 +34,7 @@ struct BatchIteratorOptions {
   double normalize_std = 1.0;
 };
 
-class BatchIterator {
+class BatchIterator : public BatchSource {
  public:
   /// Keeps its own handles to the dataset's tensors (no copy of the data; `data` may go away).
   /// Starts at epoch 0. Throws saturate::Error when batch_size <= 0, normalize_std is not a
@@ -50,11 +44,11 @@ class BatchIterator {
 
   /// Rewinds to the start of `epoch` (>= 0). With shuffle, the order is a fixed function of
   /// (seed, epoch): std::mt19937_64 driving an explicit Fisher-Yates, identical on every platform.
-  void start_epoch(int64_t epoch);
+  void start_epoch(int64_t epoch) override;
   /// The next batch of this epoch, or nullopt once the epoch is exhausted.
-  std::optional<Batch> next();
+  std::optional<Batch> next() override;
   /// Batches next() yields per epoch: ceil(N / batch_size), or floor with drop_last.
-  int64_t batches_per_epoch() const;
+  int64_t batches_per_epoch() const override;
   /// This epoch's sample order: a permutation of 0..N-1.
   const std::vector<int64_t>& order() const { return order_; }
   int64_t epoch() const { return epoch_; }

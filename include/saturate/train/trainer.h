@@ -16,6 +16,7 @@
 
 #include <c10/core/Device.h>
 
+#include "saturate/data/batch_source.h"
 #include "saturate/data/dataset.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/train/probe.h"
@@ -68,6 +69,11 @@ class Trainer {
   /// `stop` becomes true. LibTorch errors propagate unchanged; a model whose parameters or
   /// batch end up on another device fails with saturate::Error before the first step.
   TrainSummary fit(const DatasetSplits& data, TelemetrySink* sink = nullptr,
+                   const std::atomic<bool>* stop = nullptr);
+  /// The same, with training batches from `source` (a loader, a test double). `data` still
+  /// gives the test split and the training-set size that epochs are counted in; the number of
+  /// steps comes from options().steps or epochs × source.batches_per_epoch().
+  TrainSummary fit(BatchSource& source, const DatasetSplits& data, TelemetrySink* sink = nullptr,
                    const std::atomic<bool>* stop = nullptr);
 
   /// Accuracy and loss over `data` in eval mode without gradients; restores the train/eval mode.

@@ -14,6 +14,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/device/probe.h"
+#include "testing/error_of.h"
 
 namespace saturate {
 namespace {
@@ -56,17 +57,7 @@ DeviceProbe gpu_probe(std::vector<CudaDeviceInfo> gpus) {
   return p;
 }
 
-// The message of the saturate::Error `fn` throws, or "" (with a test failure) when none.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected saturate::Error";
-  return "";
-}
+using testing::error_of;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -14,6 +14,7 @@
 #include "saturate/core/error.h"
 #include "saturate/data/idx_reader.h"
 #include "testing/temp_dir.h"
+#include "testing/error_of.h"
 
 namespace saturate {
 namespace {
@@ -25,16 +26,7 @@ using testing::TempDir;
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected saturate::Error";
-  return "";
-}
+using testing::error_of;
 
 IdxArray images(int64_t count, int64_t height, int64_t width) {
   IdxArray a;

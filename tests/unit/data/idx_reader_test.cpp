@@ -12,6 +12,7 @@
 
 #include "saturate/core/error.h"
 #include "testing/temp_dir.h"
+#include "testing/error_of.h"
 
 namespace saturate {
 namespace {
@@ -44,16 +45,7 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 }
 
 // The message of the saturate::Error that `fn` throws; fails the test if it throws nothing.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected saturate::Error";
-  return "";
-}
+using testing::error_of;
 
 TEST(IdxReader, RoundTripsPlainFile) {
   TempDir dir;

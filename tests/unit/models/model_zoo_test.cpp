@@ -7,6 +7,7 @@
 #include "saturate/core/error.h"
 #include "saturate/models/model.h"
 #include "testing/temp_dir.h"
+#include "testing/error_of.h"
 
 namespace saturate {
 namespace {
@@ -19,13 +20,7 @@ bool exists(const std::string& path) {
 }
 
 std::string expect_error(const std::string& spec, const ModelInputs& inputs = kFmnist) {
-  try {
-    make_model(spec, inputs);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error for " << spec;
-  return "";
+  return testing::error_of([&] { make_model(spec, inputs); });
 }
 
 }  // namespace

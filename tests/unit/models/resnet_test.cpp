@@ -9,6 +9,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/models/model.h"
+#include "testing/error_of.h"
 #include "unit/models/grad_step.h"
 
 namespace saturate {
@@ -18,13 +19,7 @@ const ModelInputs kCifar{{3, 32, 32}, 10};
 const ModelInputs kFmnist{{1, 28, 28}, 10};
 
 std::string expect_error(const std::string& spec, const ModelInputs& inputs) {
-  try {
-    make_model(spec, inputs);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error for " << spec;
-  return "";
+  return testing::error_of([&] { make_model(spec, inputs); });
 }
 
 }  // namespace

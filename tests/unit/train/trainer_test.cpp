@@ -3,11 +3,14 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "saturate/data/batch_iterator.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "testing/pattern_dataset.h"
@@ -195,6 +198,88 @@ TEST(Trainer, Bf16AndCheckpointedRunsTrainToo) {
   EXPECT_GT(r.summary.test_accuracy, 0.9);
   EXPECT_EQ(r.summary.skipped_steps, 0);
   EXPECT_DOUBLE_EQ(r.summary.loss_scale, 1.0);
+}
+
+}  // namespace saturate
+
+namespace saturate {
+namespace {
+
+// Issue 4: an input pipeline that takes 25 ms per batch.
+class SlowSource : public BatchSource {
+ public:
+  SlowSource(const TensorDataset& data, BatchIteratorOptions o) : inner_(data, o) {}
+  void start_epoch(int64_t epoch) override { inner_.start_epoch(epoch); }
+  std::optional<Batch> next() override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    return inner_.next();
+  }
+  int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
+
+ private:
+  BatchIterator inner_;
+};
+
+// Issue 4: a model whose optimizer step dwarfs its forward and backward: a tiny linear layer
+// plus an 8M-parameter tensor that enters the loss through one element only.
+class HeavyOptimizerModel : public Model {
+ public:
+  HeavyOptimizerModel() : linear_(784, 4), big_(torch::zeros({8 << 20}, torch::requires_grad())) {}
+  std::string name() const override { return "heavy-optimizer"; }
+  at::Tensor forward(const at::Tensor& x) override {
+    return linear_->forward(x.flatten(1)) + big_.narrow(0, 0, 1);
+  }
+  std::vector<at::Tensor> parameters() override {
+    auto p = linear_->parameters();
+    p.push_back(big_);
+    return p;
+  }
+  std::vector<at::Tensor> state_tensors() override { return parameters(); }
+  void train(bool on) override { linear_->train(on); }
+  bool is_training() const override { return linear_->is_training(); }
+  void to(const c10::Device& d) override { linear_->to(d); }
+
+ private:
+  torch::nn::Linear linear_;
+  at::Tensor big_;
+};
+
+}  // namespace
+
+TEST(Trainer, Issue4_SlowDataShowsUpAsDataWait) {
+  const auto data = testing::make_pattern_splits(256, 32);
+  TrainOptions o = small_run(6);
+  o.evaluate = false;
+  BatchIteratorOptions it;
+  it.batch_size = o.batch_size;
+  it.normalize_mean = data.normalize_mean;
+  it.normalize_std = data.normalize_std;
+  SlowSource slow(data.train, it);
+  auto model = make_model("mlp", {data.train.sample_shape(), data.train.num_classes});
+  Trainer trainer(*model, o, c10::Device("cpu"));
+  MemorySink sink;
+  trainer.fit(slow, data, &sink);
+  ASSERT_EQ(sink.records().size(), 6u);
+  for (const auto& r : sink.records()) {
+    EXPECT_GE(r.data_wait_ms, 25.0);
+    EXPECT_GT(r.data_wait_ms, r.forward_ms + r.backward_ms + r.optimizer_ms);
+    EXPECT_NEAR(phase_sum_ms(r), r.step_ms, 1e-6 * r.step_ms);
+  }
+}
+
+TEST(Trainer, Issue4_SlowOptimizerShowsUpAsOptimizerTime) {
+  const auto data = testing::make_pattern_splits(128, 32);
+  TrainOptions o = small_run(4);
+  o.evaluate = false;
+  HeavyOptimizerModel model;
+  Trainer trainer(model, o, c10::Device("cpu"));
+  MemorySink sink;
+  trainer.fit(data, &sink);
+  for (size_t i = 1; i < sink.records().size(); ++i) {  // step 0 also allocates AdamW state
+    const auto& r = sink.records()[i];
+    EXPECT_GT(r.optimizer_ms, r.forward_ms + r.backward_ms + r.data_wait_ms) << "step " << i;
+    EXPECT_GT(r.optimizer_ms, 0.5 * r.step_ms) << "step " << i;
+  }
 }
 
 }  // namespace saturate
