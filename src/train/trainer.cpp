@@ -13,6 +13,7 @@
 #include "saturate/device/preflight.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/telemetry/throughput.h"
 #include "saturate/train/grad_scaler.h"
 #include "saturate/train/lr_schedule.h"
 #include "saturate/train/precision.h"
@@ -305,14 +306,7 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
 }
 
 double steady_samples_per_s(const std::vector<StepRecord>& records, int64_t warmup_steps) {
-  size_t first = static_cast<size_t>(std::max<int64_t>(0, warmup_steps));
-  if (records.size() <= first) first = 0;
-  double samples = 0.0, ms = 0.0;
-  for (size_t i = first; i < records.size(); ++i) {
-    samples += static_cast<double>(records[i].samples);
-    ms += records[i].step_ms;
-  }
-  return ms > 0 ? samples / (ms / 1000.0) : 0.0;
+  return steady_throughput(records, warmup_steps, /*window_steps=*/0).mean_samples_per_s;
 }
 
 }  // namespace saturate

@@ -15,10 +15,9 @@
 #include "saturate/device/threads.h"
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
-#include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/sample_summary.h"
 #include "saturate/telemetry/sampler.h"
-#include "saturate/telemetry/tensorboard_writer.h"
+#include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/train/trainer.h"
 
@@ -80,14 +79,7 @@ int run_profile(const std::vector<std::string>& args) {
   MultiSink sinks;
   MemorySink records;
   sinks.add(&records);
-  std::unique_ptr<TraceSink> trace;
-  std::unique_ptr<TensorBoardSink> tensorboard;
-  std::unique_ptr<JsonlSink> jsonl;
-  if (!trace_path.empty()) sinks.add((trace = std::make_unique<TraceSink>(trace_path)).get());
-  if (!logdir.empty()) {
-    sinks.add((tensorboard = std::make_unique<TensorBoardSink>(logdir)).get());
-    sinks.add((jsonl = std::make_unique<JsonlSink>(logdir + "/steps.jsonl")).get());
-  }
+  const FileSinks file_sinks(logdir, trace_path, sinks);
 
   const DeviceSpec spec = DeviceSpec::parse(device_text);
   const int threads = configure_threads(threads_requested);

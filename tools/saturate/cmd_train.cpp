@@ -17,8 +17,6 @@
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/console_progress.h"
-#include "saturate/telemetry/file_sinks.h"
-#include "saturate/telemetry/tensorboard_writer.h"
 #include "saturate/train/trainer.h"
 
 namespace saturate::cli {
@@ -133,19 +131,7 @@ int run_train(const std::vector<std::string>& args) {
   ConsoleProgress progress(std::cerr, stderr_is_tty());
   MultiSink sinks;
   if (!f.quiet) sinks.add(&progress);
-  std::unique_ptr<TensorBoardSink> tensorboard;
-  std::unique_ptr<JsonlSink> jsonl;
-  std::unique_ptr<TraceSink> trace;
-  if (!f.logdir.empty()) {
-    tensorboard = std::make_unique<TensorBoardSink>(f.logdir);
-    jsonl = std::make_unique<JsonlSink>(f.logdir + "/steps.jsonl");
-    sinks.add(tensorboard.get());
-    sinks.add(jsonl.get());
-  }
-  if (!f.trace.empty()) {
-    trace = std::make_unique<TraceSink>(f.trace);
-    sinks.add(trace.get());
-  }
+  const FileSinks file_sinks(f.logdir, f.trace, sinks);
 
   const DeviceSpec spec = DeviceSpec::parse(f.device);
   const int threads = configure_threads(f.threads);

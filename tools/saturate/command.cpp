@@ -12,6 +12,8 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
+#include "saturate/telemetry/file_sinks.h"
+#include "saturate/telemetry/tensorboard_writer.h"
 
 namespace saturate::cli {
 
@@ -35,6 +37,21 @@ void check_writable(const std::string& path, const std::string& flag) {
   std::fclose(f);
   if (!existed) std::remove(path.c_str());
 }
+
+FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks) {
+  if (!logdir.empty()) {
+    tensorboard = std::make_unique<TensorBoardSink>(logdir);
+    jsonl = std::make_unique<JsonlSink>(logdir + "/steps.jsonl");
+    sinks.add(tensorboard.get());
+    sinks.add(jsonl.get());
+  }
+  if (!trace_path.empty()) {
+    trace = std::make_unique<TraceSink>(trace_path);
+    sinks.add(trace.get());
+  }
+}
+
+FileSinks::~FileSinks() = default;
 
 bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
 

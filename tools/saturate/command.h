@@ -4,12 +4,20 @@
 // flag parsing with "did you mean" for unknown options.
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace CLI {
 class App;
 }
+
+namespace saturate {
+class JsonlSink;
+class MultiSink;
+class TensorBoardSink;
+class TraceSink;
+}  // namespace saturate
 
 namespace saturate::cli {
 
@@ -34,6 +42,16 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args);
 /// Throws saturate::Error naming `flag` when `path` cannot be created or written. Leaves an
 /// existing file as it was and removes one it had to create.
 void check_writable(const std::string& path, const std::string& flag);
+
+/// The --logdir (TensorBoard scalars + DIR/steps.jsonl) and --trace sinks of a run. Opened by
+/// the constructor, so a bad path fails before any work; each open sink is added to `sinks`.
+struct FileSinks {
+  FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks);
+  ~FileSinks();
+  std::unique_ptr<TensorBoardSink> tensorboard;
+  std::unique_ptr<JsonlSink> jsonl;
+  std::unique_ptr<TraceSink> trace;
+};
 
 /// True when stderr is a terminal (progress bars redraw in place).
 bool stderr_is_tty();
