@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/telemetry/file_sinks.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -56,10 +57,40 @@ void JsonlSink::on_eval(int64_t step, const std::string& metric, double value) {
   std::fflush(file_);
 }
 
+std::string JsonlSink::sample_line(int64_t step, const DeviceSample& s) {
+  auto reported = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const GpuSample& g : s.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"name", g.name},
+                    {"util_pct", reported(g.util_pct)},
+                    {"mem_used_bytes", reported(static_cast<double>(g.mem_used_bytes))},
+                    {"mem_total_bytes", reported(static_cast<double>(g.mem_total_bytes))},
+                    {"temperature_c", reported(g.temperature_c)},
+                    {"power_w", reported(g.power_w)},
+                    {"energy_j", reported(g.energy_j)},
+                    {"sm_clock_mhz", reported(g.sm_clock_mhz)},
+                    {"throttle_reasons", g.throttle_names}});
+  }
+  return nlohmann::json{{"type", "device_sample"},
+                        {"step", step},
+                        {"t_s", s.t_s},
+                        {"cpu",
+                         {{"util_pct", s.cpu.util_pct},
+                          {"per_core_util_pct", s.cpu.per_core_util_pct},
+                          {"process_rss_bytes", s.cpu.process_rss_bytes}}},
+                        {"gpus", gpus}}
+      .dump();
+}
+
+void JsonlSink::on_device_sample(int64_t step, const DeviceSample& s) {
+  const std::string line = sample_line(step, s) + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+}
+
 void JsonlSink::on_end() { std::fflush(file_); }
 
-TraceSink::TraceSink(const std::string& path)
-    : path_(path), origin_(std::chrono::steady_clock::now()) {
+TraceSink::TraceSink(const std::string& path) : path_(path) {
   // Create it now: an unwritable path should fail before the run, not after.
   std::FILE* f = std::fopen(path.c_str(), "w");
   SATURATE_CHECK(f != nullptr, "telemetry: cannot write --trace '", path, "': ",
@@ -68,9 +99,10 @@ TraceSink::TraceSink(const std::string& path)
 }
 
 void TraceSink::on_step(const StepRecord& r) {
-  const double end_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
-  double t = end_us - r.step_ms * 1000.0;
+  // Records may arrive late (CUDA timing), so slices sit at the step's recorded start, never
+  // before the previous step's end (device time can run past the host's next start).
+  double t = std::max(r.start_ms * 1000.0, timeline_end_us_);
+  timeline_end_us_ = t + r.step_ms * 1000.0;
   slices_.push_back({"step " + std::to_string(r.step), t, r.step_ms * 1000.0, r.step});
   const std::pair<const char*, double> phases[] = {
       {"data_wait", r.data_wait_ms},   {"host_to_device", r.host_to_device_ms},

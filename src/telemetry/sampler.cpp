@@ -92,6 +92,13 @@ std::vector<DeviceSample> DeviceSampler::samples() const {
   return samples_;
 }
 
+std::vector<DeviceSample> DeviceSampler::samples_from(size_t first) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (first >= samples_.size()) return {};
+  return std::vector<DeviceSample>(samples_.begin() + static_cast<std::ptrdiff_t>(first),
+                                   samples_.end());
+}
+
 std::optional<DeviceSample> DeviceSampler::latest() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (samples_.empty()) return std::nullopt;
@@ -107,6 +114,30 @@ std::string DeviceSampler::gpu_status() const {
 DeviceSample DeviceSampler::sample_now() {
   std::lock_guard<std::mutex> lock(now_mutex_);
   return take_sample(now_previous_);
+}
+
+void SampledSink::deliver() {
+  for (const DeviceSample& s : sampler_.samples_from(next_)) {
+    downstream_.on_device_sample(last_step_, s);
+    ++next_;
+  }
+}
+
+void SampledSink::on_begin(int64_t total_steps) { downstream_.on_begin(total_steps); }
+
+void SampledSink::on_step(const StepRecord& r) {
+  downstream_.on_step(r);
+  last_step_ = r.step;
+  deliver();
+}
+
+void SampledSink::on_eval(int64_t step, const std::string& metric, double value) {
+  downstream_.on_eval(step, metric, value);
+}
+
+void SampledSink::on_end() {
+  deliver();
+  downstream_.on_end();
 }
 
 }  // namespace saturate

@@ -20,6 +20,10 @@ void MultiSink::on_step(const StepRecord& record) {
 void MultiSink::on_eval(int64_t step, const std::string& metric, double value) {
   for (auto* s : sinks_) s->on_eval(step, metric, value);
 }
+void MultiSink::on_device_sample(int64_t step, const DeviceSample& sample) {
+  for (TelemetrySink* s : sinks_) s->on_device_sample(step, sample);
+}
+
 void MultiSink::on_end() {
   for (auto* s : sinks_) s->on_end();
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -160,6 +161,21 @@ void TensorBoardSink::on_step(const StepRecord& r) {
   if (r.loss_scale != 1.0) writer_.add_scalar("train/loss_scale", r.loss_scale, r.step, t);
   if (r.mem_peak_bytes > 0)
     writer_.add_scalar("memory/peak_bytes", static_cast<double>(r.mem_peak_bytes), r.step, t);
+}
+
+void TensorBoardSink::on_device_sample(int64_t step, const DeviceSample& s) {
+  const int64_t at = std::max<int64_t>(step, 0);
+  writer_.add_scalar("host/cpu_util_pct", s.cpu.util_pct, at);
+  writer_.add_scalar("host/rss_mib", static_cast<double>(s.cpu.process_rss_bytes) / (1 << 20), at);
+  for (const GpuSample& g : s.gpus) {
+    const std::string p = "gpu" + std::to_string(g.index) + "/";
+    if (g.util_pct >= 0) writer_.add_scalar(p + "util_pct", g.util_pct, at);
+    if (g.mem_used_bytes >= 0)
+      writer_.add_scalar(p + "mem_used_mib", static_cast<double>(g.mem_used_bytes) / (1 << 20), at);
+    if (g.temperature_c >= 0) writer_.add_scalar(p + "temperature_c", g.temperature_c, at);
+    if (g.power_w >= 0) writer_.add_scalar(p + "power_w", g.power_w, at);
+    if (g.sm_clock_mhz >= 0) writer_.add_scalar(p + "sm_clock_mhz", g.sm_clock_mhz, at);
+  }
 }
 
 void TensorBoardSink::on_eval(int64_t step, const std::string& metric, double value) {

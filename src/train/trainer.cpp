@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include "saturate/device/device_memory.h"
 #include "saturate/device/preflight.h"
 #include "saturate/models/model.h"
+#include "saturate/telemetry/phase_timer.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/train/grad_scaler.h"
@@ -43,12 +45,6 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) group.options().set_lr(lr);
 }
 
-// Waits for queued device work so host timestamps mean something on asynchronous devices.
-// On CPU every op has finished when it returns, so this costs nothing there.
-void sync_device(const c10::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
 GradScalerOptions scaler_options(const TrainOptions& o) {
   GradScalerOptions s = o.scaler;
   // Only fp16 can underflow gradients; bf16 has fp32's exponent range.
@@ -77,11 +73,19 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
   state_->params = model_.parameters();
   state_->optimizer = make_optimizer(options_, state_->params);
   state_->scaler = std::make_unique<GradScaler>(scaler_options(options_));
+  timer_ = device_.is_cuda() ? make_cuda_phase_timer(device_.has_index() ? device_.index() : 0)
+                             : make_steady_phase_timer();
+}
+
+void Trainer::set_phase_timer(std::unique_ptr<PhaseTimer> timer) {
+  SATURATE_CHECK(timer != nullptr, "train: set_phase_timer() needs a timer");
+  timer_ = std::move(timer);
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r) {
+at::Tensor Trainer::train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+                               PhaseTimer* timer) {
   auto& optimizer = *state_->optimizer;
   auto& scaler = *state_->scaler;
   const int64_t batch = x.size(0);
@@ -90,7 +94,6 @@ void Trainer::train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r
   at::Tensor loss_sum = torch::zeros({}, x.options().dtype(at::kFloat));
   for (int64_t begin = 0; begin < batch; begin += micro) {
     const int64_t end = std::min(batch, begin + micro);
-    const auto t0 = Clock::now();
     at::Tensor loss;
     {
       AutocastScope autocast(options_.precision, device_.type());
@@ -100,25 +103,22 @@ void Trainer::train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r
       loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), y.slice(0, begin, end)) *
              (static_cast<double>(end - begin) / static_cast<double>(batch));
     }
-    sync_device(device_);
-    const auto t1 = Clock::now();
+    if (timer) timer->mark(Phase::kForward);
     scaler.scale(loss).backward();
     loss_sum += loss.detach();
-    sync_device(device_);
-    const auto t2 = Clock::now();
-    r.forward_ms += ms_between(t0, t1);
-    r.backward_ms += ms_between(t1, t2);
+    if (timer) timer->mark(Phase::kBackward);
   }
-  const auto t3 = Clock::now();
   if (scaler.is_enabled()) {
+    // The scaler reads its found-inf flag on the host: loss scaling waits for the device here,
+    // as torch.amp does.
     r.is_skipped = !scaler.step(optimizer, state_->params);
     scaler.update();
     r.loss_scale = scaler.get_scale();
   } else {
     optimizer.step();
   }
-  r.loss = loss_sum.item<double>();
-  r.optimizer_ms += ms_between(t3, Clock::now());
+  if (timer) timer->mark(Phase::kOptimizer);
+  return loss_sum;
 }
 
 TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
@@ -151,6 +151,25 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   int64_t epoch = 0;
   batches.start_epoch(epoch);
   TrainSummary summary;
+  PhaseTimer& timer = *timer_;
+  // Steps whose times (and loss) the device has not delivered yet. Reading a record only once
+  // ready() keeps the host from waiting for the device at every step; more than a few steps in
+  // flight, and the oldest is read anyway (the device queue would block the host soon).
+  struct InFlight {
+    StepRecord record;
+    at::Tensor loss;
+    int64_t ticket;
+  };
+  std::deque<InFlight> in_flight;
+  constexpr size_t kMaxInFlight = 3;
+  auto complete_front = [&] {
+    InFlight& f = in_flight.front();
+    timer.read(f.ticket, f.record);
+    f.record.loss = f.loss.item<double>();
+    records.push_back(f.record);
+    in_flight.pop_front();
+    if (sink) sink->on_step(records.back());
+  };
   const auto run_start = Clock::now();
   for (int64_t step = 0; step < total; ++step) {
     if (stop && stop->load()) {
@@ -160,7 +179,8 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     StepRecord r;
     r.step = step;
     if (memory_) memory_->reset_peak();
-    const auto t0 = Clock::now();
+    r.start_ms = ms_between(run_start, Clock::now());
+    timer.begin();
     std::optional<Batch> batch = batches.next();
     if (!batch) {
       batches.start_epoch(++epoch);
@@ -169,7 +189,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     }
     r.epoch = epoch;
     r.samples = batch->size;
-    const auto t1 = Clock::now();
+    timer.mark(Phase::kDataWait);
     at::Tensor x = batch->inputs, y = batch->targets;
     if (device_.is_cuda()) {
       // Pinned staging lets the copy run asynchronously with respect to the host.
@@ -177,20 +197,20 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
       y = y.pin_memory().to(device_, /*non_blocking=*/true);
     }
     if (step == 0) check_same_device(state_->params, {x, y}, device_);
-    sync_device(device_);
-    const auto t2 = Clock::now();
+    timer.mark(Phase::kHostToDevice);
     r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
     set_lr(*state_->optimizer, r.lr);
-    train_step(x, y, r);
-    const auto t3 = Clock::now();
-    r.data_wait_ms = ms_between(t0, t1);
-    r.host_to_device_ms = ms_between(t1, t2);
-    r.step_ms = ms_between(t0, t3);
-    r.other_ms = std::max(0.0, r.step_ms - phase_sum_ms(r));
+    at::Tensor loss = train_step(x, y, r, &timer);
+    const int64_t ticket = timer.finish();
+    // Allocations happen at enqueue time, so the peak is known now even on CUDA.
     if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
-    records.push_back(r);
-    if (sink) sink->on_step(r);
+    in_flight.push_back(InFlight{r, std::move(loss), ticket});
+    while (!in_flight.empty() &&
+           (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
+      complete_front();
+    }
   }
+  while (!in_flight.empty()) complete_front();
   summary.train_wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
 
   summary.steps = static_cast<int64_t>(records.size());
@@ -255,7 +275,7 @@ ProbeResult Trainer::probe(int64_t batch_size, const DatasetSplits& data) {
                                  .sub_(data.normalize_mean).div_(data.normalize_std).to(device_);
         const at::Tensor y = data.train.targets.index_select(0, idx).to(device_);
         StepRecord r;
-        train_step(x, y, r);
+        (void)train_step(x, y, r, /*timer=*/nullptr).item<double>();  // waits for the device
       },
       *memory_);
   // Out of the catch block and out of the batch's scope: put everything back, then let the

@@ -97,7 +97,8 @@ int run_profile(const std::vector<std::string>& args) {
   // energy difference and a CPU utilisation.
   std::vector<DeviceSample> readings = {sampler.sample_now()};
   sampler.start();
-  const TrainSummary summary = trainer.fit(data, &sinks, &g_interrupted);
+  SampledSink sampled(sampler, sinks);  // readings go to --logdir's JSONL and TensorBoard too
+  const TrainSummary summary = trainer.fit(data, &sampled, &g_interrupted);
   sampler.stop();
   for (const auto& d : sampler.samples()) readings.push_back(d);
   readings.push_back(sampler.sample_now());

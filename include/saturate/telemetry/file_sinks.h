@@ -7,7 +7,6 @@
 //   JsonlSink jsonl("run/steps.jsonl");
 //   TraceSink trace("run/trace.json");
 
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,8 +15,9 @@
 
 namespace saturate {
 
-/// {"type":"step","step":..,"epoch":..,"samples":..,"step_ms":..,"data_wait_ms":.., ...,"loss":..}
-/// and {"type":"eval","step":..,"metric":"test_accuracy","value":..}, one per line, flushed at
+/// {"type":"step","step":..,"epoch":..,"samples":..,"step_ms":..,"data_wait_ms":.., ...,"loss":..},
+/// {"type":"eval","step":..,"metric":"test_accuracy","value":..} and one "device_sample" object
+/// per sampler reading, one per line, flushed at
 /// each evaluation and at the end. The file is created (truncated) by the constructor, which
 /// throws saturate::Error naming it when it cannot be written.
 class JsonlSink : public TelemetrySink {
@@ -26,18 +26,22 @@ class JsonlSink : public TelemetrySink {
   ~JsonlSink() override;
   void on_step(const StepRecord& r) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
+  void on_device_sample(int64_t step, const DeviceSample& sample) override;
   void on_end() override;
 
   /// The line written for a record (no newline).
   static std::string step_line(const StepRecord& r);
+  /// {"type":"device_sample","step":..,"t_s":..,"cpu":{..},"gpus":[..]}; GPU fields the driver
+  /// did not report are null.
+  static std::string sample_line(int64_t step, const DeviceSample& s);
 
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
 };
 
-/// Collects one slice per phase per step (laid out in phase order inside a "step N" slice,
-/// ending when on_step is called) and writes {"traceEvents":[...],"displayTimeUnit":"ms"} at
+/// Collects one slice per phase per step (laid out in phase order inside a "step N" slice that
+/// starts at the record's start_ms) and writes {"traceEvents":[...],"displayTimeUnit":"ms"} at
 /// on_end(). Throws saturate::Error naming the file when it cannot be created.
 class TraceSink : public TelemetrySink {
  public:
@@ -54,7 +58,7 @@ class TraceSink : public TelemetrySink {
     int64_t step;
   };
   std::string path_;
-  std::chrono::steady_clock::time_point origin_;
+  double timeline_end_us_ = 0.0;  // end of the last step's slice
   std::vector<Slice> slices_;
 };
 

@@ -18,6 +18,7 @@
 
 #include "saturate/telemetry/device_sample.h"
 #include "saturate/telemetry/proc_stats.h"
+#include "saturate/telemetry/telemetry_sink.h"
 
 namespace saturate {
 
@@ -49,6 +50,8 @@ class DeviceSampler {
 
   /// Copy of every sample since start(), oldest first.
   std::vector<DeviceSample> samples() const;
+  /// Copy of the samples from index `first` on (empty when there are none yet).
+  std::vector<DeviceSample> samples_from(size_t first) const;
   /// The newest sample; nullopt before the first one.
   std::optional<DeviceSample> latest() const;
   /// "NVML: N GPUs", or why GPUs are not sampled (the NVML unavailable reason).
@@ -80,6 +83,30 @@ class DeviceSampler {
 
   mutable std::mutex now_mutex_;  // serialises sample_now() callers
   std::mutex control_mutex_;      // serialises start() and stop()
+};
+
+/// Passes every call on to `downstream` and, on the calling (training) thread, delivers the
+/// sampler's new readings to it as on_device_sample after each step and at the end, so sinks
+/// see steps and samples in one order without locks.
+///
+///   SampledSink sampled(sampler, sinks);  trainer.fit(data, &sampled);
+class SampledSink : public TelemetrySink {
+ public:
+  SampledSink(const DeviceSampler& sampler, TelemetrySink& downstream)
+      : sampler_(sampler), downstream_(downstream) {}
+  void on_begin(int64_t total_steps) override;
+  void on_step(const StepRecord& r) override;
+  void on_eval(int64_t step, const std::string& metric, double value) override;
+  void on_end() override;
+  /// Samples delivered so far.
+  size_t delivered() const { return next_; }
+
+ private:
+  void deliver();
+  const DeviceSampler& sampler_;
+  TelemetrySink& downstream_;
+  size_t next_ = 0;
+  int64_t last_step_ = -1;
 };
 
 }  // namespace saturate

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "saturate/telemetry/device_sample.h"
 #include "saturate/telemetry/step_record.h"
 
 namespace saturate {
@@ -24,6 +25,9 @@ class TelemetrySink {
   virtual void on_step(const StepRecord& record) = 0;
   /// An evaluation finished: metric name ("test_accuracy", "test_loss") and value.
   virtual void on_eval(int64_t step, const std::string& metric, double value) {}
+  /// A device sampler reading, delivered on the training thread (see SampledSink) after the
+  /// step records that preceded it; `step` is the newest step recorded by then (-1 before any).
+  virtual void on_device_sample(int64_t step, const DeviceSample& sample) {}
   /// The run ended (normally or interrupted); flush what is buffered.
   virtual void on_end() {}
 };
@@ -35,6 +39,7 @@ class MultiSink : public TelemetrySink {
   void on_begin(int64_t total_steps) override;
   void on_step(const StepRecord& record) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
+  void on_device_sample(int64_t step, const DeviceSample& sample) override;
   void on_end() override;
 
  private:

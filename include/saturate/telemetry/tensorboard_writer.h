@@ -51,12 +51,15 @@ class TensorBoardWriter {
 };
 
 /// Writes per-step scalars (train/loss, train/samples_per_s, train/step_ms, time/<phase>_ms,
-/// train/lr, train/loss_scale, memory/peak_bytes) and eval metrics (eval/<metric>).
+/// train/lr, train/loss_scale, memory/peak_bytes), eval metrics (eval/<metric>) and device samples
+/// (host/cpu_util_pct, host/rss_mib, gpu<N>/util_pct, mem_used_mib, temperature_c, power_w,
+/// sm_clock_mhz) at the newest step.
 class TensorBoardSink : public TelemetrySink {
  public:
   explicit TensorBoardSink(const std::string& logdir) : writer_(logdir) {}
   void on_step(const StepRecord& r) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
+  void on_device_sample(int64_t step, const DeviceSample& sample) override;
   void on_end() override { writer_.flush(); }
   const TensorBoardWriter& writer() const { return writer_; }
 

@@ -26,6 +26,7 @@ namespace saturate {
 
 class DeviceMemory;
 class Model;
+class PhaseTimer;
 class TelemetrySink;
 
 struct EvalResult {
@@ -88,18 +89,27 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   const c10::Device& device() const { return device_; }
 
+  /// Replaces the step timer (by default CUDA events on a CUDA device, a steady clock
+  /// otherwise). fit() hands records to sinks once their times are readable, so on CUDA they
+  /// arrive a step or two late and the stream never waits for timing.
+  void set_phase_timer(std::unique_ptr<PhaseTimer> timer);
+  const PhaseTimer& phase_timer() const { return *timer_; }
+
  private:
   struct State;
   // One optimizer step on a batch already on the device: micro-batches under autocast, scaled
-  // backward, (scaled) optimizer step. Adds its forward/backward/optimizer times to `r` and
-  // sets loss, loss scale and the skipped flag.
-  void train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r);
+  // backward, (scaled) optimizer step. Marks forward/backward/optimizer on `timer` (may be
+  // null), sets loss scale and the skipped flag, and returns the step's loss as a device
+  // tensor (reading it would wait for the device).
+  at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+                        PhaseTimer* timer);
 
   Model& model_;
   TrainOptions options_;
   c10::Device device_;
   DeviceMemory* memory_;
   std::unique_ptr<State> state_;
+  std::unique_ptr<PhaseTimer> timer_;
 };
 
 /// Steady-state samples/s of `records`: samples over step time after the first `warmup_steps`

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "saturate/core/error.h"
+#include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/nvml.h"
 #include "saturate/telemetry/proc_stats.h"
 #include "saturate/telemetry/sampler.h"
@@ -292,4 +294,88 @@ TEST(DeviceSampler, RestartClearsEarlierSamples) {
 }
 
 }  // namespace
+}  // namespace saturate
+
+namespace saturate {
+namespace {
+
+// Records the order of what a sink receives.
+class OrderSink : public TelemetrySink {
+ public:
+  void on_step(const StepRecord& r) override { events.push_back("step " + std::to_string(r.step)); }
+  void on_device_sample(int64_t step, const DeviceSample& s) override {
+    events.push_back("sample after " + std::to_string(step));
+    samples.push_back(s);
+  }
+  void on_end() override { events.push_back("end"); }
+  std::vector<std::string> events;
+  std::vector<DeviceSample> samples;
+};
+
+}  // namespace
+
+TEST(SampledSink, DeliversEveryReadingOnTheCallingThreadInStepOrder) {
+  SamplerOptions o;
+  o.interval_ms = 5;
+  o.nvml_library = kFakeNvml;
+  DeviceSampler sampler(o);
+  OrderSink downstream;
+  SampledSink sampled(sampler, downstream);
+  sampler.start();
+  sampled.on_begin(4);
+  for (int64_t step = 0; step < 4; ++step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    StepRecord r;
+    r.step = step;
+    sampled.on_step(r);
+  }
+  sampler.stop();
+  sampled.on_end();
+  // Every reading arrives, once, oldest first, and the end comes last.
+  const std::vector<DeviceSample> all = sampler.samples();
+  ASSERT_GE(all.size(), 4u);
+  ASSERT_EQ(downstream.samples.size(), all.size());
+  EXPECT_EQ(sampled.delivered(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(downstream.samples[i].t_s, all[i].t_s);
+  EXPECT_EQ(downstream.events.front(), "step 0");
+  EXPECT_EQ(downstream.events.back(), "end");
+  // A sample is labelled with the newest step before it.
+  int64_t last_step = -1;
+  for (const std::string& e : downstream.events) {
+    if (e.rfind("step ", 0) == 0) last_step = std::stoll(e.substr(5));
+    if (e.rfind("sample after ", 0) == 0) {
+      EXPECT_EQ(std::stoll(e.substr(13)), last_step) << e;
+    }
+  }
+}
+
+TEST(JsonlSink, DeviceSampleLineHasCpuGpusAndNullForUnreported) {
+  DeviceSample s;
+  s.t_s = 1.5;
+  s.cpu.util_pct = 42;
+  s.cpu.per_core_util_pct = {40, 44};
+  s.cpu.process_rss_bytes = 1 << 20;
+  GpuSample g;
+  g.index = 0;
+  g.name = "Fake GPU";
+  g.util_pct = 97;
+  g.power_w = 250;
+  g.energy_j = 1234.5;
+  g.throttle_names = {"sw_power_cap"};
+  s.gpus.push_back(g);
+  const auto j = nlohmann::json::parse(JsonlSink::sample_line(7, s));
+  EXPECT_EQ(j["type"], "device_sample");
+  EXPECT_EQ(j["step"], 7);
+  EXPECT_EQ(j["t_s"], 1.5);
+  EXPECT_EQ(j["cpu"]["util_pct"], 42);
+  EXPECT_EQ(j["cpu"]["per_core_util_pct"].size(), 2u);
+  EXPECT_EQ(j["cpu"]["process_rss_bytes"], 1 << 20);
+  ASSERT_EQ(j["gpus"].size(), 1u);
+  EXPECT_EQ(j["gpus"][0]["util_pct"], 97);
+  EXPECT_EQ(j["gpus"][0]["energy_j"], 1234.5);
+  EXPECT_TRUE(j["gpus"][0]["temperature_c"].is_null());
+  EXPECT_TRUE(j["gpus"][0]["mem_used_bytes"].is_null());
+  EXPECT_EQ(j["gpus"][0]["throttle_reasons"][0], "sw_power_cap");
+}
+
 }  // namespace saturate
