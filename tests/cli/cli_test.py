@@ -275,12 +275,18 @@ def case_checkpoint_segments(tmp):
 def case_logdir_and_trace(tmp):
     logdir = os.path.join(tmp, "logs")
     trace = os.path.join(tmp, "trace.json")
-    small_train(tmp, "--logdir", logdir, "--trace", trace)
+    small_train(tmp, "--logdir", logdir, "--trace", trace, "--sample-interval", "20")
     with open(os.path.join(logdir, "steps.jsonl")) as f:
         lines = [json.loads(l) for l in f]
     steps = [l for l in lines if l["type"] == "step"]
     if len(steps) != 30 or not any(l["type"] == "eval" for l in lines):
         fail(f"steps.jsonl: {len(steps)} steps")
+    # Device readings go into the same file, each after the step it followed.
+    samples = [l for l in lines if l["type"] == "device_sample"]
+    if not samples:
+        fail("steps.jsonl has no device_sample lines")
+    if not all(s["cpu"]["process_rss_bytes"] > 0 and s["gpus"] == [] for s in samples):
+        fail(f"device samples: {samples[:2]}")
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
     if sum(1 for e in events if e.get("cat") == "step") != 30:
@@ -300,6 +306,61 @@ def case_logdir_and_trace(tmp):
 
 def case_bad_logdir(tmp):
     expect_usage_error(["train", "--logdir", "/proc/no-such-logdir"], "--logdir")
+
+
+def config_train(tmp, plan, *extra, summary="s.json"):
+    """`train --config` with `plan` (a dict, written to tmp/plan.json); returns the plan's path,
+    stderr and the summary JSON."""
+    plan_path = os.path.join(tmp, "plan.json")
+    with open(plan_path, "w") as f:
+        json.dump(plan, f)
+    path = os.path.join(tmp, summary)
+    code, out, err = run("train", "--config", plan_path, "--steps", "30", "--summary-json", path,
+                         "-q", *extra)
+    if code != 0:
+        fail(f"train --config exit {code}\n{out}\n{err}")
+    with open(path) as f:
+        return plan_path, err, json.load(f)
+
+
+def small_plan(tmp):
+    """A hand-written plan: model and data from the plan, the rest of config left at defaults."""
+    return {"schema_version": 1, "model": "mlp", "data": "idx:" + make_idx_dir(tmp),
+            "config": {"batch_size": 16, "accumulate": 2, "lr": 0.003, "optimizer": "sgd",
+                       "schedule": "constant", "threads": 1, "seed": 5}}
+
+
+def case_train_config(tmp):
+    plan_path, err, s = config_train(tmp, small_plan(tmp))
+    want = {"batch_size": 16, "accumulate": 2, "optimizer": "sgd", "schedule": "constant",
+            "threads": 1, "seed": 5, "lr": 0.003, "precision": "fp32", "steps": 30}
+    got = {k: s[k] for k in want}
+    if got != want or s["data"] != small_plan(tmp)["data"] or "mlp" not in s["model"]:
+        fail(f"plan not applied: {got} (want {want}), model {s['model']}, data {s['data']}")
+    if "plan " + plan_path not in err:
+        fail(f"no log line naming the plan:\n{err}")
+
+
+def case_train_config_override(tmp):
+    _, _, s = config_train(tmp, small_plan(tmp), "--batch-size", "32", "--optimizer", "adamw")
+    if s["batch_size"] != 32 or s["optimizer"] != "adamw":
+        fail(f"flags did not override the plan: batch {s['batch_size']}, {s['optimizer']}")
+    if s["accumulate"] != 2 or s["threads"] != 1 or s["seed"] != 5:
+        fail(f"the plan's other fields were lost: {s}")
+
+
+def case_train_config_corrupt(tmp):
+    corrupt = os.path.join(tmp, "corrupt-plan.json")
+    with open(corrupt, "w") as f:
+        f.write('{"schema_version": 1, "config": {"batch_size": ')
+    expect_usage_error(["train", "--config", corrupt], "corrupt-plan.json: not valid JSON")
+    expect_usage_error(["train", "--config", os.path.join(tmp, "absent-plan.json")],
+                       "absent-plan.json")
+    bad = os.path.join(tmp, "bad-plan.json")
+    with open(bad, "w") as f:
+        json.dump({"schema_version": 1, "config": {"batch_size": -3}}, f)
+    expect_usage_error(["train", "--config", bad],
+                       "bad-plan.json: config.batch_size must be a positive integer, got -3")
 
 
 def case_profile_json(tmp):
@@ -430,6 +491,92 @@ def case_interrupt(tmp):
     if "(interrupted)" not in out:
         fail(f"no interrupted summary:\n{out}")
 
+
+
+# ---- tune ---------------------------------------------------------------------------------------
+
+def small_tune(tmp, *extra):
+    data = make_idx_dir(tmp, n_train=512, n_test=128)
+    plan = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "idx:" + data, "--model", "mlp", "--threads", "1",
+                         "--memory-limit", "96MiB", "--max-batch", "256", "--batch-size", "32",
+                         "--quality-samples", "1024", "--out", plan, *extra, timeout=600)
+    return code, out, err, plan
+
+
+def case_tune_small(tmp):
+    code, out, err, plan_path = small_tune(tmp)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err}")
+    for stage in ("baseline", "precision", "batch_size", "quality_guard"):
+        if stage not in out:
+            fail(f"tune output lacks stage {stage}:\n{out}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    for key in ("config", "baseline", "tuned", "trials", "quality", "stages", "effective_batch"):
+        if key not in plan:
+            fail(f"plan lacks '{key}': {sorted(plan)}")
+    cfg = plan["config"]
+    for key in ("batch_size", "precision", "accumulate", "lr", "threads", "workers"):
+        if key not in cfg:
+            fail(f"plan config lacks '{key}': {cfg}")
+    if not plan["trials"] or any(t["outcome"] not in ("fits", "oom") for t in plan["trials"]):
+        fail(f"plan trials: {plan['trials'][:3]}")
+    for t in plan["trials"]:
+        for key in ("stage", "config", "samples_per_s", "spread", "peak_memory_bytes", "steps"):
+            if key not in t:
+                fail(f"trial lacks '{key}': {t}")
+    # Under the 96 MiB limit nothing the plan chose may exceed it.
+    if plan["tuned"]["peak_memory_bytes"] > 96 * 2**20:
+        fail(f"tuned peak {plan['tuned']['peak_memory_bytes']} above the limit")
+    q = plan["quality"]
+    for key in ("baseline", "tuned", "tolerance", "accepted"):
+        if key not in q:
+            fail(f"quality lacks '{key}': {q}")
+    if q["accepted"] and q["tuned"] < q["baseline"] - q["tolerance"] - 1e-9:
+        fail(f"accepted a quality drop: {q}")
+    if plan["tuned"]["samples_per_s"] <= 0 or plan["baseline"]["samples_per_s"] <= 0:
+        fail(f"plan throughput: {plan['baseline']} {plan['tuned']}")
+    # The plan trains.
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, "--steps", "5", "--memory-limit", "96MiB",
+                         "--summary-json", summary)
+    if code != 0:
+        fail(f"train --config exit {code}\n{out}\n{err}")
+    with open(summary) as f:
+        s = json.load(f)
+    if s["batch_size"] != cfg["batch_size"] or s["precision"] != cfg["precision"]:
+        fail(f"train did not take the plan: {s['batch_size']} {s['precision']} vs {cfg}")
+
+
+def case_tune_limit_below_one_sample(tmp):
+    data = make_idx_dir(tmp)
+    expect_usage_error(["tune", "--data", "idx:" + data, "--model", "mlp", "--memory-limit", "4KiB",
+                        "--out", os.path.join(tmp, "p.json")], "one sample does not fit")
+
+
+def case_tune_unwritable_out(tmp):
+    data = make_idx_dir(tmp)
+    expect_usage_error(["tune", "--data", "idx:" + data, "--model", "mlp",
+                        "--out", "/proc/no-such-dir/plan.json"], "--out")
+
+
+def case_tune_model_cannot_step(tmp):
+    data = make_idx_dir(tmp)
+    model = os.path.join(ARGS.fixtures, "bad_output.pt")
+    expect_usage_error(["tune", "--data", "idx:" + data, "--model", model,
+                        "--out", os.path.join(tmp, "p.json")], "bad_output.pt")
+
+
+def case_tune_bad_prefer(tmp):
+    expect_usage_error(["tune", "--prefer", "fast"], "--prefer")
+
+
+def case_tune_help(tmp):
+    code, out, _ = run("tune", "--help")
+    if code != 0:
+        fail(f"tune --help exit {code}")
+    check_golden("tune_help.txt", out, masked=False)
 
 def main():
     global ARGS

@@ -2,6 +2,7 @@
 // saturate train: flags → TrainOptions, then the library trains and this file prints.
 #include <cmath>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -17,7 +18,9 @@
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/console_progress.h"
+#include "saturate/telemetry/sampler.h"
 #include "saturate/train/trainer.h"
+#include "saturate/tune/plan.h"
 
 namespace saturate::cli {
 namespace {
@@ -33,7 +36,9 @@ struct TrainFlags {
   std::string memory_limit;
   std::string logdir;
   std::string trace;
+  std::string config;  ///< plan.json from `saturate tune`
   int threads = 0;
+  double sample_interval_ms = 1000;
   bool quiet = false;
   bool no_eval = false;
 };
@@ -72,6 +77,25 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
   }
 }
 
+/// Takes what `plan` decided for every setting the command line did not give: flags given
+/// explicitly override the plan, and the plan overrides the flags' defaults.
+void apply_plan(const Plan& plan, const CLI::App& app, TrainFlags& f, TrainOptions& opts) {
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  const TrainOptions& p = plan.config.train;
+  if (!plan.model.empty() && !given("--model")) f.model = plan.model;
+  if (!plan.data.empty() && !given("--data")) f.data = plan.data;
+  if (!given("--batch-size")) opts.batch_size = p.batch_size;
+  if (!given("--precision")) f.precision = to_string(p.precision);
+  if (!given("--accumulate")) opts.accumulate = p.accumulate;
+  if (!given("--checkpoint-segments")) opts.checkpoint_segments = p.checkpoint_segments;
+  if (!given("--lr")) opts.lr = p.lr;
+  if (!given("--warmup-steps")) opts.warmup_steps = p.warmup_steps;
+  if (!given("--optimizer")) f.optimizer = to_string(p.optimizer);
+  if (!given("--schedule")) f.schedule = to_string(p.schedule);
+  if (!given("--threads")) f.threads = plan.config.threads;
+  if (!given("--seed")) opts.seed = p.seed;
+}
+
 nlohmann::json nan_to_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
 
 }  // namespace
@@ -81,6 +105,9 @@ int run_train(const std::vector<std::string>& args) {
   TrainFlags f;
   CLI::App app{"Train a model and report steady-state samples/s and test accuracy.",
                "saturate train"};
+  app.add_option("--config", f.config,
+                 "train with the configuration in a plan.json from `saturate tune`; flags given "
+                 "here override it");
   app.add_option("--model", f.model,
                  "fmnist-cnn, mlp, mlp-deep, resnet18-cifar, or a TorchScript file (PATH.pt)")
       ->capture_default_str();
@@ -115,9 +142,18 @@ int run_train(const std::vector<std::string>& args) {
   app.add_option("--logdir", f.logdir,
                  "write TensorBoard scalars and steps.jsonl (one line per step) into DIR");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the step phases to FILE");
+  app.add_option("--sample-interval", f.sample_interval_ms,
+                 "with --logdir: device sampling interval in ms (CPU, RSS; GPUs through NVML)")
+      ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "skip the test-split evaluation");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
   if (!parse_args(app, args)) return 0;
+  if (!f.config.empty()) {
+    const Plan plan = read_plan(f.config);
+    apply_plan(plan, app, f, opts);
+    SATURATE_LOG_INFO("train: plan ", f.config, ": ", plan.config.describe(),
+                      " (flags given on the command line override it)");
+  }
 
   opts.optimizer = parse_optimizer(f.optimizer);
   opts.schedule = parse_schedule(f.schedule);
@@ -132,6 +168,14 @@ int run_train(const std::vector<std::string>& args) {
   MultiSink sinks;
   if (!f.quiet) sinks.add(&progress);
   const FileSinks file_sinks(f.logdir, f.trace, sinks);
+  // With --logdir, device readings (CPU, RSS, GPUs through NVML) are logged beside the steps.
+  // Built now so a bad interval fails before any work.
+  std::optional<DeviceSampler> sampler;
+  if (!f.logdir.empty()) {
+    SamplerOptions sampler_options;
+    sampler_options.interval_ms = f.sample_interval_ms;
+    sampler.emplace(sampler_options);
+  }
 
   const DeviceSpec spec = DeviceSpec::parse(f.device);
   const int threads = configure_threads(f.threads);
@@ -153,7 +197,15 @@ int run_train(const std::vector<std::string>& args) {
   SATURATE_LOG_INFO("train: data ", splits.description);
 
   Trainer trainer(*model, opts, choice.device, memory.get());
-  const TrainSummary s = trainer.fit(splits, &sinks, &g_interrupted);
+  std::optional<SampledSink> sampled;
+  TelemetrySink* sink = &sinks;
+  if (sampler) {
+    sampler->start();
+    sampled.emplace(*sampler, sinks);
+    sink = &*sampled;
+  }
+  const TrainSummary s = trainer.fit(splits, sink, &g_interrupted);
+  if (sampler) sampler->stop();
   const std::string device = choice.device.str();
   print_summary(std::cout, s, opts, model->name(), f.data, device, threads);
 

@@ -26,6 +26,7 @@ const std::vector<Command>& commands() {
       {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},
       {"profile", "run training steps and show where each step's time goes", run_profile},
       {"train", "train a model and report samples/s and accuracy", run_train},
+      {"tune", "find the fastest configuration that fits and keeps quality; write a plan", run_tune},
   };
   return table;
 }

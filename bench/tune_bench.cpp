@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+// Batch-size search: saturate against Lightning's power and binsearch scaling and Accelerate's
+// ×0.9 shrink, in one harness. Part (a) runs every strategy on the same seeded SimulatedDevice
+// profiles and scores the chosen batch by its noise-free throughput against the exhaustive
+// grid's best (every batch under the limit less the reserve), counting probe steps. Part (b)
+// does the same on real CPU training steps of built-in models under a --memory-limit.
+//
+// Usage: saturate_tune_bench [--profiles N] [--noise MAX] [--real MODEL:LIMIT ...]
+//                            [--grid-steps N] [--epoch-check]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "saturate/core/units.h"
+#include "saturate/data/dataset.h"
+#include "saturate/device/device_memory.h"
+#include "saturate/device/threads.h"
+#include "saturate/tune/baselines.h"
+#include "saturate/tune/batch_search.h"
+#include "saturate/tune/simulated_device.h"
+#include "saturate/tune/torch_trial_runner.h"
+
+namespace {
+
+using saturate::TrialConfig;
+saturate::BatchSearchOptions g_search;  // saturate's options (flags below)
+
+struct Pick {
+  int64_t chosen = 0;
+  int64_t steps = 0;
+};
+
+using Strategy = std::function<Pick(saturate::TrialRunner&, const TrialConfig&)>;
+
+std::vector<std::pair<std::string, Strategy>> strategies() {
+  return {
+      {"saturate",
+       [](saturate::TrialRunner& r, const TrialConfig& c) {
+         const auto s = saturate::search_batch_size(r, c, g_search);
+         return Pick{s.chosen, s.steps};
+       }},
+      {"lightning-power",
+       [](saturate::TrialRunner& r, const TrialConfig& c) {
+         const auto s = saturate::lightning_power(r, c);
+         return Pick{s.chosen, s.steps};
+       }},
+      {"lightning-binsearch",
+       [](saturate::TrialRunner& r, const TrialConfig& c) {
+         const auto s = saturate::lightning_binsearch(r, c);
+         return Pick{s.chosen, s.steps};
+       }},
+      {"accelerate-shrink",
+       [](saturate::TrialRunner& r, const TrialConfig& c) {
+         const auto s = saturate::accelerate_shrink(r, c);
+         return Pick{s.chosen, s.steps};
+       }},
+  };
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Score {
+  std::vector<double> ratio, steps, steps_vs_binsearch;
+  int can_oom = 0, found_none = 0, at_97 = 0;
+};
+
+void simulated(int profiles, double noise) {
+  const double reserve = saturate::BatchSearchOptions{}.reserve;
+  std::map<std::string, Score> scores;
+  TrialConfig base;
+  base.train.batch_size = 32;
+  for (int seed = 0; seed < profiles; ++seed) {
+    const auto p = saturate::SimulatedProfile::random(seed, noise);
+    // The exhaustive grid: every batch under the limit less the reserve, noise-free.
+    const auto target = static_cast<int64_t>(static_cast<double>(p.limit_bytes) * (1 - reserve));
+    double grid = 0;
+    for (int64_t b = 1; b <= 65536; ++b) {
+      TrialConfig c = base;
+      c.train.batch_size = b;
+      if (p.worst_peak_bytes(c) > target) break;
+      grid = std::max(grid, p.true_samples_per_s(c));
+    }
+    std::map<std::string, Pick> picks;
+    for (const auto& [name, run] : strategies()) {
+      saturate::SimulatedDevice device(p, seed + 1000);
+      picks[name] = run(device, base);
+    }
+    for (const auto& [name, pick] : picks) {
+      Score& s = scores[name];
+      TrialConfig c = base;
+      c.train.batch_size = std::max<int64_t>(1, pick.chosen);
+      const bool oom = pick.chosen > 0 && p.worst_peak_bytes(c) > p.limit_bytes;
+      const double r = pick.chosen == 0 || oom ? 0.0 : p.true_samples_per_s(c) / grid;
+      s.can_oom += oom ? 1 : 0;
+      s.found_none += pick.chosen == 0 ? 1 : 0;
+      s.at_97 += r >= 0.97 ? 1 : 0;
+      s.ratio.push_back(r);
+      s.steps.push_back(static_cast<double>(pick.steps));
+      s.steps_vs_binsearch.push_back(static_cast<double>(pick.steps) /
+                                     static_cast<double>(picks["lightning-binsearch"].steps));
+    }
+  }
+  std::printf("(a) %d simulated profiles, step noise up to %.0f%%, reserve %.0f%%\n", profiles,
+              100 * noise, 100 * reserve);
+  std::printf("  %-20s %9s %9s %7s %7s %9s %9s %11s\n", "strategy", "median", "worst",
+              ">=97%", "can-OOM", "steps", "steps", "steps/bin-");
+  std::printf("  %-20s %9s %9s %7s %7s %9s %9s %11s\n", "", "of grid", "of grid", "", "",
+              "total", "median", "search med");
+  for (const auto& [name, run] : strategies()) {
+    const Score& s = scores[name];
+    double total = 0;
+    for (double x : s.steps) total += x;
+    std::printf("  %-20s %9.4f %9.4f %7d %7d %9.0f %9.1f %11.3f\n", name.c_str(), median(s.ratio),
+                *std::min_element(s.ratio.begin(), s.ratio.end()), s.at_97, s.can_oom, total,
+                median(s.steps), median(s.steps_vs_binsearch));
+  }
+  double ours = 0, theirs = 0;
+  for (double x : scores["saturate"].steps) ours += x;
+  for (double x : scores["lightning-binsearch"].steps) theirs += x;
+  std::printf("  saturate used %.1f%% of lightning-binsearch's probe steps in total\n",
+              100.0 * ours / theirs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int profiles = 300;
+  std::vector<double> noises = {0.03, 0.08};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--profiles") profiles = std::atoi(v.c_str());
+    else if (k == "--noise") noises = {std::atof(v.c_str())};
+    else if (k == "--measure-steps") g_search.measure_steps = std::atoll(v.c_str());
+    else if (k == "--noise-steps") g_search.noise_steps = std::atoll(v.c_str());
+    else if (k == "--repeats") g_search.max_repeats = std::atoi(v.c_str());
+  }
+  for (double n : noises) simulated(profiles, n);
+  return 0;
+}

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Plan: what `saturate tune` decided and why, written as plan.json and run by
+// `saturate train --config plan.json`. Schema-versioned; reading validates every field it uses
+// and names the file and field of the first problem.
+//
+//   Plan p = read_plan("plan.json");        // saturate::Error naming file and field
+//   TrainOptions o = p.config.train;        // batch_size, precision, accumulate, lr, ...
+//   write_plan(p, "plan.json");             // atomic
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "saturate/tune/trial.h"
+
+namespace saturate {
+
+inline constexpr int kPlanSchemaVersion = 1;
+
+/// Throughput, memory and quality of one configuration (baseline or tuned).
+struct PlanResult {
+  double samples_per_s = 0;
+  double spread = 0;
+  int64_t peak_memory_bytes = 0;
+  double validation_metric = -1;  ///< test accuracy in [0, 1] from the quality guard; -1 if not run
+  double final_loss = -1;         ///< mean training loss at the end of the quality run; -1 if not run
+};
+
+/// One stage of the staged plan: baseline, precision, batch_size, memory_savers, threads,
+/// quality_guard.
+struct PlanStage {
+  std::string name;
+  double before_samples_per_s = 0;
+  double after_samples_per_s = 0;
+  bool changed = false;  ///< the stage changed the configuration
+  std::string why;       ///< one sentence with numbers
+};
+
+/// One trial, as run: what was asked and what came back.
+struct PlanTrial {
+  std::string stage;
+  std::string purpose;  ///< "memory probe", "verify", "throughput", "repeat", "measure"
+  TrialConfig config;
+  bool fits = false;    ///< written as "outcome": "fits" | "oom"
+  double samples_per_s = 0;
+  double spread = 0;
+  int64_t peak_memory_bytes = 0;
+  int64_t steps = 0;
+};
+
+/// The quality guard: the baseline and the tuned configuration trained on the same samples from
+/// the same seed, compared on the validation metric and the final training loss.
+struct QualityCheck {
+  std::string metric = "test_accuracy";
+  double baseline = -1, tuned = -1;          ///< validation metric of each
+  double baseline_loss = -1, tuned_loss = -1;  ///< mean training loss at the end
+  double tolerance = 0.01;  ///< the tuned metric may be at most this much lower (absolute)
+  int64_t samples = 0;      ///< training samples each run saw
+  bool accepted = false;
+  std::string why;
+};
+
+struct Plan {
+  int schema_version = kPlanSchemaVersion;
+  std::string model, data, device;
+  TrialConfig config;      ///< what to train with
+  /// "unchanged" | "kept" (the user's effective batch, through accumulation) | "lr_rescaled"
+  std::string effective_batch = "unchanged";
+  std::string effective_batch_why;
+  int64_t memory_limit_bytes = 0;  ///< 0: the device's own
+  double reserve = 0.10;
+  PlanResult baseline, tuned;
+  std::vector<PlanStage> stages;
+  std::vector<PlanTrial> trials;
+  QualityCheck quality;
+  int64_t probe_steps = 0;  ///< training steps the search ran (OOM steps included)
+  double tune_wall_s = 0;
+};
+
+nlohmann::json to_json(const Plan& plan);
+/// Validates; errors name `source` (a file path) and the field, e.g.
+/// "plan.json: config.batch_size must be a positive integer".
+Plan plan_from_json(const nlohmann::json& j, const std::string& source);
+/// Atomic write; saturate::Error naming the path when it cannot be written.
+void write_plan(const Plan& plan, const std::string& path);
+/// saturate::Error naming the path for a missing file, bad JSON or a bad field.
+Plan read_plan(const std::string& path);
+
+}  // namespace saturate

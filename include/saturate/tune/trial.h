@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// TrialRunner: the seam between the tuner's decisions and the steps that inform them. A trial
+// runs K training steps of one configuration and returns a Measurement, or OutOfMemory as a
+// value. The real runner trains in-process with LibTorch (state restored after each trial); the
+// SimulatedDevice answers from an analytic model for property tests and strategy benchmarks.
+//
+//   TrialOutcome t = runner.run({config, /*steps=*/3});
+//   if (t.fits) use(t.measurement.samples_per_s, t.measurement.peak_memory_bytes);
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "saturate/train/train_options.h"
+
+namespace saturate {
+
+/// What a trial varies. `train.batch_size` is the samples per optimizer step (split into
+/// `train.accumulate` micro-batches); the rest of `train` (optimizer, lr, seed) rides along.
+struct TrialConfig {
+  TrainOptions train;
+  int threads = 0;  ///< intra-op threads; 0 leaves the runner's setting
+
+  /// Micro-batch size: the samples one forward/backward holds in memory at once.
+  int64_t micro_batch() const {
+    return (train.batch_size + train.accumulate - 1) / train.accumulate;
+  }
+  /// "batch 256, bf16, accumulate 2, 4 threads": for logs and plans.
+  std::string describe() const;
+};
+
+struct TrialRequest {
+  TrialConfig config;
+  int64_t steps = 3;  ///< training steps to run; the first `warmup_steps` are not timed
+  int64_t warmup_steps = 1;
+};
+
+/// What K steps of a configuration did.
+struct Measurement {
+  double samples_per_s = 0.0;  ///< over the timed steps (0 when none was timed)
+  double spread = 0.0;         ///< relative spread of the timed steps' samples/s: (max-min)/median
+  std::vector<double> step_samples_per_s;  ///< one per timed step
+  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
+         optimizer_ms = 0, other_ms = 0, step_ms = 0;  ///< mean per timed step
+  int64_t peak_memory_bytes = 0;  ///< highest peak over all steps, warm-up included
+  double loss = 0.0;              ///< mean training loss over the steps
+};
+
+struct TrialOutcome {
+  bool fits = false;        ///< false: out of memory (the only failure returned as a value)
+  Measurement measurement;  ///< meaningful when fits
+  int64_t steps_run = 0;    ///< steps started (an OOM counts the step it failed in)
+};
+
+/// A short training run for the quality guard: `samples` training samples from the config's
+/// seed, then the validation metric.
+struct QualityRun {
+  int64_t samples = 0;             ///< training samples seen
+  double final_loss = 0;           ///< mean training loss over the last steps
+  double validation_metric = 0;    ///< test accuracy in [0, 1]
+  std::vector<double> losses;      ///< training loss per step
+};
+
+/// Runs trials. Implementations leave no trace of a trial: model, optimizer, RNG and allocator
+/// state are as before, whatever the outcome. Errors other than running out of memory throw.
+class TrialRunner {
+ public:
+  virtual ~TrialRunner() = default;
+  virtual TrialOutcome run(const TrialRequest& request) = 0;
+  /// Trains a fresh copy of the model (same initial weights every time) on `samples` samples
+  /// and validates it. Out of memory here throws: only configurations that fit get here.
+  virtual QualityRun train_and_validate(const TrialConfig& config, int64_t samples) = 0;
+  /// Memory available to training, in bytes (a --memory-limit, or the device's capacity).
+  virtual int64_t memory_limit_bytes() const = 0;
+  /// Upper bound for the batch size (the training set's size, or a cap).
+  virtual int64_t max_batch_size() const = 0;
+};
+
+/// Counts what passes through, for reports of how much a search cost.
+class CountingRunner : public TrialRunner {
+ public:
+  explicit CountingRunner(TrialRunner& inner) : inner_(inner) {}
+  TrialOutcome run(const TrialRequest& request) override;
+  QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override {
+    return inner_.train_and_validate(config, samples);
+  }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+  int64_t trials() const { return trials_; }
+  int64_t steps() const { return steps_; }
+  int64_t out_of_memory() const { return ooms_; }
+
+ private:
+  TrialRunner& inner_;
+  int64_t trials_ = 0, steps_ = 0, ooms_ = 0;
+};
+
+}  // namespace saturate

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The staged tuner: baseline → precision → batch size (+ effective-batch policy) → memory savers
+// → threads → quality guard → plan. Every decision comes from measured trials through a
+// TrialRunner, so the same code tunes a real model and a SimulatedDevice.
+//
+//   TuneOptions o;  o.precisions = {Precision::kBf16};
+//   Plan plan = tune(runner, base, o, [](const PlanStage& s) { print(s); });
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "saturate/tune/batch_search.h"
+#include "saturate/tune/plan.h"
+#include "saturate/tune/trial.h"
+
+namespace saturate {
+
+/// How a batch-size change treats the user's effective batch (samples per optimizer step).
+enum class EffectiveBatch {
+  kAuto,     ///< keep it through accumulation when the batch shrinks; rescale the LR when it grows
+  kKeep,     ///< never change it: a larger batch is not taken, a smaller one accumulates
+  kRescale,  ///< take the measured best batch and rescale the LR (linear SGD, √ AdamW)
+};
+EffectiveBatch parse_effective_batch(const std::string& text);  ///< auto|keep|rescale
+std::string to_string(EffectiveBatch e);
+
+struct TuneOptions {
+  BatchSearchOptions search;
+  std::vector<Precision> precisions;  ///< to try besides the base's, in order; the device's set
+  std::vector<int> threads;           ///< intra-op thread counts to try; empty skips the stage
+  int64_t measure_steps = 6;          ///< steps per stage measurement, the first untimed
+  double min_gain = 0.03;             ///< a change must be this much faster, and beyond noise
+  EffectiveBatch effective_batch = EffectiveBatch::kAuto;
+  int64_t quality_samples = 0;        ///< samples per quality run; 0 skips the guard
+  double quality_tolerance = 0.01;    ///< largest accepted drop in validation accuracy (absolute)
+  double loss_tolerance = 0.10;       ///< largest accepted rise in final training loss (relative)
+  double budget_s = 0;                ///< stop starting optional stages after this; 0 = none
+  int max_checkpoint_segments = 4;    ///< memory-saver stage tries 2..this segments
+};
+
+/// Runs the stages on `base` (the user's configuration) and returns the plan; `on_stage` (may be
+/// empty) hears each stage as it ends. Model, data and device names in the plan are left for
+/// the caller. Throws saturate::Error when nothing fits (not even one sample).
+Plan tune(TrialRunner& runner, const TrialConfig& base, const TuneOptions& options,
+          const std::function<void(const PlanStage&)>& on_stage = {});
+
+/// The learning rate for a batch changed from `from` to `to` samples per step: linear for SGD,
+/// square root for AdamW.
+double rescaled_lr(double lr, OptimizerKind optimizer, int64_t from, int64_t to);
+
+}  // namespace saturate

@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/tune/plan.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "saturate/core/error.h"
+#include "saturate/core/json.h"
+#include "saturate/core/strings.h"
+
+namespace saturate {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kPrecisionNames = {"fp32", "tf32", "bf16", "fp16"};
+const std::vector<std::string> kConfigKeys = {
+    "batch_size", "precision",    "accumulate", "checkpoint_segments",
+    "lr",         "warmup_steps", "optimizer",  "schedule",
+    "threads",    "workers",      "seed"};
+const std::vector<std::string> kTopLevelKeys = {"schema_version",
+                                                "model",
+                                                "data",
+                                                "device",
+                                                "config",
+                                                "effective_batch",
+                                                "memory_limit_bytes",
+                                                "reserve",
+                                                "baseline",
+                                                "tuned",
+                                                "stages",
+                                                "trials",
+                                                "quality",
+                                                "probe_steps",
+                                                "tune_wall_s"};
+
+bool is_positive(double v) { return v > 0; }
+bool is_non_negative(double v) { return v >= 0; }
+bool is_fraction(double v) { return v >= 0 && v < 1; }
+
+// Reads the fields of one JSON object of a plan. Every error is one line naming the source and
+// the field's full path: "plan.json: config.batch_size must be a positive integer, got -3".
+// Absent and null fields give the fallback, so hand-written plans can be small.
+class FieldReader {
+ public:
+  FieldReader(const json& obj, std::string source, std::string path)
+      : obj_(obj), source_(std::move(source)), path_(std::move(path)) {}
+
+  const json* find(const std::string& key) const {
+    auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  int64_t integer(const std::string& key, int64_t fallback, int64_t min,
+                  const char* expected) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    const bool fits = v->is_number_integer() &&
+                      !(v->is_number_unsigned() &&
+                        v->get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()});
+    if (!fits || v->get<int64_t>() < min) fail(key, expected, *v);
+    return v->get<int64_t>();
+  }
+
+  uint64_t unsigned_integer(const std::string& key, uint64_t fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_number_integer() || (!v->is_number_unsigned() && v->get<int64_t>() < 0))
+      fail(key, "a non-negative integer", *v);
+    return v->get<uint64_t>();
+  }
+
+  double number(const std::string& key, double fallback, bool (*ok)(double) = nullptr,
+                const char* expected = "a number") const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || (ok && !ok(v->get<double>())))
+      fail(key, expected, *v);
+    return v->get<double>();
+  }
+
+  std::string string(const std::string& key, const std::string& fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_string()) fail(key, "a string", *v);
+    return v->get<std::string>();
+  }
+
+  /// A string that must be one of `names`, with a "did you mean" for near misses.
+  std::string name(const std::string& key, const std::string& fallback,
+                   const std::vector<std::string>& names) const {
+    const std::string s = string(key, fallback);
+    for (const auto& n : names)
+      if (s == n) return s;
+    auto near = closest_match(s, names);
+    SATURATE_CHECK(false, source_, ": ", field(key), " must be one of ", join(names, ", "),
+                   ", got \"", s, "\"", near ? "; did you mean '" + *near + "'?" : "");
+    return fallback;
+  }
+
+  bool boolean(const std::string& key, bool fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(key, "true or false", *v);
+    return v->get<bool>();
+  }
+
+  /// The object at `key`; an empty one when absent, so its fields take their defaults.
+  FieldReader object(const std::string& key) const {
+    static const json kEmpty = json::object();
+    const json* v = find(key);
+    if (!v) return FieldReader(kEmpty, source_, field(key));
+    if (!v->is_object()) fail(key, "an object", *v);
+    return FieldReader(*v, source_, field(key));
+  }
+
+  /// Calls `read(element_reader)` for each object in the array at `key` (none when absent).
+  template <typename Fn>
+  void each(const std::string& key, Fn&& read) const {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_array()) fail(key, "an array", *v);
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string element = key + "[" + std::to_string(i) + "]";
+      if (!(*v)[i].is_object()) fail(element, "an object", (*v)[i]);
+      read(FieldReader((*v)[i], source_, field(element)));
+    }
+  }
+
+  /// Rejects keys outside `known`: a typo in a hand-written plan must not pass silently.
+  void check_keys(const std::vector<std::string>& known) const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      bool is_known = false;
+      for (const auto& k : known) is_known = is_known || it.key() == k;
+      SATURATE_CHECK(is_known, source_, ": ", field(it.key()), " is not a plan field",
+                     did_you_mean(it.key(), known));
+    }
+  }
+
+  /// Throws "<source>: <parts...>" when `cond` is false.
+  template <typename... Parts>
+  void check(bool cond, Parts&&... parts) const {
+    SATURATE_CHECK(cond, source_, ": ", std::forward<Parts>(parts)...);
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& expected,
+                         const json& got) const {
+    detail::throw_error(
+        detail::concat(source_, ": ", field(key), " must be ", expected, ", got ", got.dump()));
+  }
+
+  std::string field(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+
+ private:
+  const json& obj_;
+  std::string source_;
+  std::string path_;
+};
+
+// ---- config -------------------------------------------------------------------------------------
+
+json config_to_json(const TrialConfig& c) {
+  const TrainOptions& t = c.train;
+  SATURATE_ASSERT(t.precision != Precision::kAuto, "a plan's precision is resolved");
+  return {{"batch_size", t.batch_size},
+          {"precision", to_string(t.precision)},
+          {"accumulate", t.accumulate},
+          {"checkpoint_segments", t.checkpoint_segments},
+          {"lr", t.lr},
+          {"warmup_steps", t.warmup_steps},
+          {"optimizer", to_string(t.optimizer)},
+          {"schedule", to_string(t.schedule)},
+          {"threads", c.threads},
+          {"workers", 0},  // data-loader workers: not tuned yet
+          {"seed", t.seed}};
+}
+
+// Fields the reader leaves out keep TrainOptions' defaults.
+TrialConfig config_from_json(const FieldReader& r) {
+  r.check_keys(kConfigKeys);
+  TrialConfig c;
+  TrainOptions& t = c.train;
+  t.batch_size = r.integer("batch_size", t.batch_size, 1, "a positive integer");
+  t.precision = parse_precision(r.name("precision", to_string(t.precision), kPrecisionNames));
+  t.accumulate = r.integer("accumulate", t.accumulate, 1, "an integer >= 1");
+  r.check(t.accumulate <= t.batch_size, r.field("accumulate"), " (", t.accumulate,
+          ") must not exceed ", r.field("batch_size"), " (", t.batch_size,
+          "); each micro-batch needs at least one sample");
+  t.checkpoint_segments =
+      r.integer("checkpoint_segments", t.checkpoint_segments, 0, "a non-negative integer");
+  t.lr = r.number("lr", t.lr, is_positive, "a positive number");
+  t.warmup_steps = r.integer("warmup_steps", t.warmup_steps, -1, "an integer >= -1 (-1: auto)");
+  t.optimizer = parse_optimizer(r.name("optimizer", to_string(t.optimizer), {"sgd", "adamw"}));
+  t.schedule = parse_schedule(r.name("schedule", to_string(t.schedule), {"constant", "cosine"}));
+  const int64_t threads = r.integer("threads", c.threads, 0, "a non-negative integer");
+  r.check(threads <= std::numeric_limits<int>::max(), r.field("threads"), " is too large, got ",
+          threads);
+  c.threads = static_cast<int>(threads);
+  t.seed = r.unsigned_integer("seed", t.seed);
+  return c;
+}
+
+// ---- results, stages, trials, quality -------------------------------------------------------
+
+json result_to_json(const PlanResult& r) {
+  return {{"samples_per_s", r.samples_per_s},
+          {"spread", r.spread},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"validation_metric", r.validation_metric},
+          {"final_loss", r.final_loss}};
+}
+
+PlanResult result_from_json(const FieldReader& r) {
+  PlanResult p;
+  p.samples_per_s =
+      r.number("samples_per_s", p.samples_per_s, is_non_negative, "a non-negative number");
+  p.spread = r.number("spread", p.spread, is_non_negative, "a non-negative number");
+  p.peak_memory_bytes =
+      r.integer("peak_memory_bytes", p.peak_memory_bytes, 0, "a non-negative integer");
+  p.validation_metric = r.number("validation_metric", p.validation_metric);
+  p.final_loss = r.number("final_loss", p.final_loss);
+  return p;
+}
+
+json stage_to_json(const PlanStage& s) {
+  return {{"name", s.name},
+          {"before_samples_per_s", s.before_samples_per_s},
+          {"after_samples_per_s", s.after_samples_per_s},
+          {"changed", s.changed},
+          {"why", s.why}};
+}
+
+PlanStage stage_from_json(const FieldReader& r) {
+  PlanStage s;
+  s.name = r.string("name", s.name);
+  s.before_samples_per_s = r.number("before_samples_per_s", s.before_samples_per_s, is_non_negative,
+                                    "a non-negative number");
+  s.after_samples_per_s = r.number("after_samples_per_s", s.after_samples_per_s, is_non_negative,
+                                   "a non-negative number");
+  s.changed = r.boolean("changed", s.changed);
+  s.why = r.string("why", s.why);
+  return s;
+}
+
+json trial_to_json(const PlanTrial& t) {
+  return {{"stage", t.stage},
+          {"purpose", t.purpose},
+          {"config", config_to_json(t.config)},
+          {"outcome", t.fits ? "fits" : "oom"},
+          {"samples_per_s", t.samples_per_s},
+          {"spread", t.spread},
+          {"peak_memory_bytes", t.peak_memory_bytes},
+          {"steps", t.steps}};
+}
+
+PlanTrial trial_from_json(const FieldReader& r) {
+  PlanTrial t;
+  t.stage = r.string("stage", t.stage);
+  t.purpose = r.string("purpose", t.purpose);
+  t.config = config_from_json(r.object("config"));
+  t.fits = r.name("outcome", "oom", {"fits", "oom"}) == "fits";
+  t.samples_per_s =
+      r.number("samples_per_s", t.samples_per_s, is_non_negative, "a non-negative number");
+  t.spread = r.number("spread", t.spread, is_non_negative, "a non-negative number");
+  t.peak_memory_bytes =
+      r.integer("peak_memory_bytes", t.peak_memory_bytes, 0, "a non-negative integer");
+  t.steps = r.integer("steps", t.steps, 0, "a non-negative integer");
+  return t;
+}
+
+json quality_to_json(const QualityCheck& q) {
+  return {{"metric", q.metric},
+          {"baseline", q.baseline},
+          {"tuned", q.tuned},
+          {"baseline_loss", q.baseline_loss},
+          {"tuned_loss", q.tuned_loss},
+          {"tolerance", q.tolerance},
+          {"samples", q.samples},
+          {"accepted", q.accepted},
+          {"why", q.why}};
+}
+
+QualityCheck quality_from_json(const FieldReader& r) {
+  QualityCheck q;
+  q.metric = r.string("metric", q.metric);
+  q.baseline = r.number("baseline", q.baseline);
+  q.tuned = r.number("tuned", q.tuned);
+  q.baseline_loss = r.number("baseline_loss", q.baseline_loss);
+  q.tuned_loss = r.number("tuned_loss", q.tuned_loss);
+  q.tolerance = r.number("tolerance", q.tolerance, is_non_negative, "a non-negative number");
+  q.samples = r.integer("samples", q.samples, 0, "a non-negative integer");
+  q.accepted = r.boolean("accepted", q.accepted);
+  q.why = r.string("why", q.why);
+  return q;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Plan& plan) {
+  json trials = json::array();
+  for (const auto& t : plan.trials) trials.push_back(trial_to_json(t));
+  json stages = json::array();
+  for (const auto& s : plan.stages) stages.push_back(stage_to_json(s));
+  return {
+      {"schema_version", plan.schema_version},
+      {"model", plan.model},
+      {"data", plan.data},
+      {"device", plan.device},
+      {"config", config_to_json(plan.config)},
+      {"effective_batch", {{"policy", plan.effective_batch}, {"why", plan.effective_batch_why}}},
+      {"memory_limit_bytes", plan.memory_limit_bytes},
+      {"reserve", plan.reserve},
+      {"baseline", result_to_json(plan.baseline)},
+      {"tuned", result_to_json(plan.tuned)},
+      {"stages", stages},
+      {"trials", trials},
+      {"quality", quality_to_json(plan.quality)},
+      {"probe_steps", plan.probe_steps},
+      {"tune_wall_s", plan.tune_wall_s}};
+}
+
+Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
+  SATURATE_CHECK(j.is_object(), source, ": a plan must be a JSON object, got ", j.type_name());
+  const FieldReader r(j, source, "");
+  Plan p;
+  SATURATE_CHECK(
+      r.find("schema_version"), source,
+      ": schema_version is missing; a plan starts with \"schema_version\": ", kPlanSchemaVersion);
+  const int64_t version = r.integer("schema_version", 0, 0, "an integer");
+  SATURATE_CHECK(version == kPlanSchemaVersion, source, ": schema_version ", version,
+                 " is not supported; this saturate reads version ", kPlanSchemaVersion,
+                 " (re-run saturate tune to write a new plan)");
+  // A plan's reason to exist; without it this is probably another JSON file (a run summary).
+  SATURATE_CHECK(r.find("config"), source,
+                 ": config is missing; a plan needs at least {\"schema_version\": 1, "
+                 "\"config\": {\"batch_size\": N}}");
+  r.check_keys(kTopLevelKeys);
+  p.model = r.string("model", p.model);
+  p.data = r.string("data", p.data);
+  p.device = r.string("device", p.device);
+  p.config = config_from_json(r.object("config"));
+  const FieldReader eb = r.object("effective_batch");
+  p.effective_batch = eb.name("policy", p.effective_batch, {"unchanged", "kept", "lr_rescaled"});
+  p.effective_batch_why = eb.string("why", p.effective_batch_why);
+  p.memory_limit_bytes =
+      r.integer("memory_limit_bytes", p.memory_limit_bytes, 0, "a non-negative integer");
+  p.reserve = r.number("reserve", p.reserve, is_fraction, "a fraction in [0, 1)");
+  p.baseline = result_from_json(r.object("baseline"));
+  p.tuned = result_from_json(r.object("tuned"));
+  r.each("stages", [&](const FieldReader& s) { p.stages.push_back(stage_from_json(s)); });
+  r.each("trials", [&](const FieldReader& t) { p.trials.push_back(trial_from_json(t)); });
+  p.quality = quality_from_json(r.object("quality"));
+  p.probe_steps = r.integer("probe_steps", p.probe_steps, 0, "a non-negative integer");
+  p.tune_wall_s = r.number("tune_wall_s", p.tune_wall_s, is_non_negative, "a non-negative number");
+  return p;
+}
+
+void write_plan(const Plan& plan, const std::string& path) { write_json_file(path, to_json(plan)); }
+
+Plan read_plan(const std::string& path) { return plan_from_json(read_json_file(path), path); }
+
+}  // namespace saturate

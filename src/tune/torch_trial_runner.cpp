@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/tune/torch_trial_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "saturate/core/error.h"
+#include "saturate/device/device_memory.h"
+#include "saturate/models/model.h"
+#include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/train/probe.h"
+#include "saturate/train/trainer.h"
+
+namespace saturate {
+namespace {
+
+// Sets the intra-op threads for one trial and puts the previous count back.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(at::get_num_threads()) {
+    if (threads > 0) at::set_num_threads(threads);
+  }
+  ~ThreadScope() { at::set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+int64_t available_host_bytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes : 0;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
+  Measurement m;
+  double samples = 0, ms = 0, loss = 0;
+  size_t timed = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const StepRecord& r = records[i];
+    m.peak_memory_bytes = std::max(m.peak_memory_bytes, r.mem_peak_bytes);
+    loss += r.loss;
+    if (static_cast<int64_t>(i) < warmup || r.step_ms <= 0) continue;
+    ++timed;
+    samples += static_cast<double>(r.samples);
+    ms += r.step_ms;
+    m.step_samples_per_s.push_back(1000.0 * static_cast<double>(r.samples) / r.step_ms);
+    m.data_wait_ms += r.data_wait_ms;
+    m.host_to_device_ms += r.host_to_device_ms;
+    m.forward_ms += r.forward_ms;
+    m.backward_ms += r.backward_ms;
+    m.optimizer_ms += r.optimizer_ms;
+    m.other_ms += r.other_ms;
+    m.step_ms += r.step_ms;
+  }
+  if (!records.empty()) m.loss = loss / static_cast<double>(records.size());
+  if (timed > 0) {
+    const double n = static_cast<double>(timed);
+    m.samples_per_s = 1000.0 * samples / ms;
+    for (double* f : {&m.data_wait_ms, &m.host_to_device_ms, &m.forward_ms, &m.backward_ms,
+                      &m.optimizer_ms, &m.other_ms, &m.step_ms})
+      *f /= n;
+    const auto [lo, hi] = std::minmax_element(m.step_samples_per_s.begin(), m.step_samples_per_s.end());
+    m.spread = (*hi - *lo) / median_of(m.step_samples_per_s);
+  }
+  return m;
+}
+
+}  // namespace
+
+TorchTrialRunner::TorchTrialRunner(std::string model_spec, const DatasetSplits& data,
+                                   c10::Device device, DeviceMemory& memory, int64_t max_batch)
+    : model_spec_(std::move(model_spec)), data_(data), device_(device), memory_(memory) {
+  SATURATE_CHECK(data.train.size() > 0, "tune: the training split of ", data.description,
+                 " is empty");
+  limit_bytes_ = memory.limit_bytes();
+  if (limit_bytes_ <= 0) limit_bytes_ = available_host_bytes();
+  SATURATE_CHECK(limit_bytes_ > 0, "tune: cannot tell how much memory there is; give --memory-limit");
+  max_batch_ = std::max<int64_t>(1, std::min(max_batch, data.train.size()));
+}
+
+TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
+  SATURATE_CHECK(request.steps > 0, "tune: a trial needs at least one step");
+  const TrialConfig& c = request.config;
+  ThreadScope threads(c.threads);
+  TrainOptions o = c.train;
+  o.steps = request.steps;
+  o.evaluate = false;
+  o.timing_warmup_steps = request.warmup_steps;
+  MemorySink sink;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Trainer> trainer;
+  // Building the model and optimizer is part of what must fit. Failures other than running out
+  // of memory end the search: the model cannot train at all.
+  ProbeResult p;
+  try {
+    p = probe_once(
+        [&] {
+          seed_everything(o.seed);
+          model = make_model(model_spec_, {data_.train.sample_shape(), data_.train.num_classes});
+          trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
+          trainer->fit(data_, &sink);
+        },
+        memory_);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    SATURATE_CHECK(false, "tune: ", model_spec_, " cannot run a training step (", c.describe(),
+                   "): ", what);
+  }
+  // Out of the catch block: drop the trial's tensors, then the allocator's cache.
+  trainer.reset();
+  model.reset();
+  memory_.release_cached();
+  TrialOutcome out;
+  out.fits = p.outcome == ProbeOutcome::kFits;
+  out.steps_run = static_cast<int64_t>(sink.records().size()) + (out.fits ? 0 : 1);
+  out.measurement = measure(sink.records(), request.warmup_steps);
+  out.measurement.peak_memory_bytes = std::max(out.measurement.peak_memory_bytes, p.peak_bytes);
+  return out;
+}
+
+QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t samples) {
+  SATURATE_CHECK(samples > 0, "tune: a quality run needs samples");
+  ThreadScope threads(c.threads);
+  TrainOptions o = c.train;
+  o.steps = std::max<int64_t>(1, (samples + o.batch_size - 1) / o.batch_size);
+  o.evaluate = true;
+  o.timing_warmup_steps = 0;
+  seed_everything(o.seed);
+  auto model = make_model(model_spec_, {data_.train.sample_shape(), data_.train.num_classes});
+  Trainer trainer(*model, o, device_, &memory_);
+  MemorySink sink;
+  const TrainSummary s = trainer.fit(data_, &sink);
+  QualityRun q;
+  q.samples = s.samples;
+  q.validation_metric = std::isnan(s.test_accuracy) ? 0.0 : s.test_accuracy;
+  for (const StepRecord& r : sink.records()) q.losses.push_back(r.loss);
+  // The mean over the last fifth of the steps: runs of different batch sizes see the same
+  // samples in different numbers of steps, so a fixed step count would not compare.
+  const size_t tail = std::max<size_t>(1, q.losses.size() / 5);
+  double sum = 0;
+  for (size_t i = q.losses.size() - std::min(tail, q.losses.size()); i < q.losses.size(); ++i)
+    sum += q.losses[i];
+  q.final_loss = q.losses.empty() ? 0.0 : sum / static_cast<double>(std::min(tail, q.losses.size()));
+  return q;
+}
+
+}  // namespace saturate

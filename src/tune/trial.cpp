@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/tune/trial.h"
+
+#include <sstream>
+
+namespace saturate {
+
+std::string TrialConfig::describe() const {
+  std::ostringstream s;
+  s << "batch " << train.batch_size << ", " << to_string(train.precision);
+  if (train.accumulate > 1) s << ", accumulate " << train.accumulate;
+  if (train.checkpoint_segments > 0) s << ", checkpoint " << train.checkpoint_segments;
+  if (threads > 0) s << ", " << threads << " threads";
+  return s.str();
+}
+
+TrialOutcome CountingRunner::run(const TrialRequest& request) {
+  TrialOutcome t = inner_.run(request);
+  ++trials_;
+  steps_ += t.steps_run;
+  ooms_ += t.fits ? 0 : 1;
+  return t;
+}
+
+}  // namespace saturate

@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/tune/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "saturate/core/error.h"
+#include "saturate/core/units.h"
+
+namespace saturate {
+
+EffectiveBatch parse_effective_batch(const std::string& text) {
+  if (text == "auto") return EffectiveBatch::kAuto;
+  if (text == "keep") return EffectiveBatch::kKeep;
+  if (text == "rescale") return EffectiveBatch::kRescale;
+  SATURATE_CHECK(false, "tune: --effective-batch must be auto, keep or rescale, got '", text, "'");
+  return EffectiveBatch::kAuto;
+}
+
+std::string to_string(EffectiveBatch e) {
+  switch (e) {
+    case EffectiveBatch::kAuto: return "auto";
+    case EffectiveBatch::kKeep: return "keep";
+    case EffectiveBatch::kRescale: return "rescale";
+  }
+  return "auto";
+}
+
+double rescaled_lr(double lr, OptimizerKind optimizer, int64_t from, int64_t to) {
+  SATURATE_CHECK(from > 0 && to > 0, "tune: batch sizes must be positive to rescale the LR");
+  const double k = static_cast<double>(to) / static_cast<double>(from);
+  return optimizer == OptimizerKind::kSgd ? lr * k : lr * std::sqrt(k);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string pct(double fraction) { return format_fixed(100.0 * fraction, 1) + "%"; }
+
+// Relative standard error of a measurement's mean, from its timed steps.
+double noise_of(const Measurement& m) {
+  const auto& s = m.step_samples_per_s;
+  if (s.size() < 2 || m.samples_per_s <= 0) return 0.05;
+  double mean = 0, var = 0;
+  for (double x : s) mean += x;
+  mean /= static_cast<double>(s.size());
+  for (double x : s) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(s.size() - 1);
+  return std::max(0.005, std::sqrt(var / static_cast<double>(s.size())) / mean);
+}
+
+class Tuner {
+ public:
+  Tuner(TrialRunner& runner, const TrialConfig& base, const TuneOptions& o,
+        const std::function<void(const PlanStage&)>& on_stage)
+      : runner_(runner), base_(base), o_(o), on_stage_(on_stage), start_(Clock::now()) {
+    SATURATE_CHECK(o.measure_steps >= 2, "tune: measurements need at least 2 steps");
+    plan_.config = base;
+    plan_.memory_limit_bytes = runner.memory_limit_bytes();
+    plan_.reserve = o.search.reserve;
+  }
+
+  Plan run() {
+    check();
+    baseline();
+    if (!over_budget("precision")) precision();
+    batch_size();
+    if (!over_budget("memory_savers")) memory_savers();
+    if (!o_.threads.empty() && !over_budget("threads")) threads();
+    quality_guard();
+    const TrialOutcome& tuned = measured(current_, "tuned");
+    plan_.config = current_;
+    plan_.tuned.samples_per_s = tuned.measurement.samples_per_s;
+    plan_.tuned.spread = tuned.measurement.spread;
+    plan_.tuned.peak_memory_bytes = tuned.measurement.peak_memory_bytes;
+    plan_.tune_wall_s = elapsed_s();
+    for (const PlanTrial& t : plan_.trials) plan_.probe_steps += t.steps;
+    return std::move(plan_);
+  }
+
+ private:
+  double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  bool over_budget(const char* stage) {
+    if (o_.budget_s <= 0 || elapsed_s() <= o_.budget_s) return false;
+    finish_stage(stage, sps(current_out_), sps(current_out_), false,
+                 "skipped: the --budget-s " + format_fixed(o_.budget_s, 0) + " s is spent");
+    return true;
+  }
+
+  static double sps(const TrialOutcome& t) { return t.fits ? t.measurement.samples_per_s : 0.0; }
+
+  void record(const std::string& stage, const std::string& purpose, const TrialConfig& c,
+              const TrialOutcome& t) {
+    PlanTrial p;
+    p.stage = stage;
+    p.purpose = purpose;
+    p.config = c;
+    p.fits = t.fits;
+    p.samples_per_s = t.measurement.samples_per_s;
+    p.spread = t.measurement.spread;
+    p.peak_memory_bytes = t.measurement.peak_memory_bytes;
+    p.steps = t.steps_run;
+    plan_.trials.push_back(p);
+  }
+
+  // Measures `c` once per stage run; later stages reuse the measurement of the same settings.
+  const TrialOutcome& measured(const TrialConfig& c, const std::string& stage) {
+    const std::string key = c.describe();
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    TrialRequest req;
+    req.config = c;
+    req.steps = o_.measure_steps;
+    req.warmup_steps = 1;
+    const TrialOutcome t = runner_.run(req);
+    record(stage, "measure", c, t);
+    return cache_.emplace(key, t).first->second;
+  }
+
+  // Faster by at least min_gain and by more than twice the combined noise.
+  bool better(const TrialOutcome& a, const TrialOutcome& b) const {
+    if (!a.fits) return false;
+    if (!b.fits) return true;
+    const double gain = sps(a) / sps(b) - 1.0;
+    const double noise = std::hypot(noise_of(a.measurement), noise_of(b.measurement));
+    return gain >= o_.min_gain && gain > 2.0 * noise;
+  }
+
+  void finish_stage(const std::string& name, double before, double after, bool changed,
+                    const std::string& why) {
+    PlanStage s{name, before, after, changed, why};
+    plan_.stages.push_back(s);
+    if (on_stage_) on_stage_(s);
+  }
+
+  static std::string breakdown(const Measurement& m) {
+    if (m.step_ms <= 0) return "";
+    auto share = [&](double ms) { return pct(ms / m.step_ms); };
+    return "; step " + format_fixed(m.step_ms, 1) + " ms: data " + share(m.data_wait_ms) +
+           ", forward " + share(m.forward_ms) + ", backward " + share(m.backward_ms) +
+           ", optimizer " + share(m.optimizer_ms);
+  }
+
+  // Stage 1: one step of one sample must run and fit, or nothing else can.
+  void check() {
+    TrialRequest req;
+    req.config = base_;
+    req.config.train.batch_size = 1;
+    req.config.train.accumulate = 1;
+    req.steps = 1;
+    req.warmup_steps = 0;
+    const TrialOutcome t = runner_.run(req);
+    record("check", "one sample", req.config, t);
+    const auto target = static_cast<int64_t>(static_cast<double>(runner_.memory_limit_bytes()) *
+                                             (1.0 - o_.search.reserve));
+    SATURATE_CHECK(t.fits && t.measurement.peak_memory_bytes <= target,
+                   "tune: one sample does not fit in ", format_bytes(target), " (",
+                   format_bytes(runner_.memory_limit_bytes()), " memory limit less the ",
+                   static_cast<int>(o_.search.reserve * 100 + 0.5),
+                   "% reserve); raise --memory-limit or pick a smaller model");
+  }
+
+  void baseline() {
+    current_ = base_;
+    current_out_ = measured(base_, "baseline");
+    base_fits_ = current_out_.fits;
+    plan_.baseline.samples_per_s = sps(current_out_);
+    plan_.baseline.spread = current_out_.measurement.spread;
+    plan_.baseline.peak_memory_bytes = current_out_.measurement.peak_memory_bytes;
+    const std::string why =
+        base_fits_ ? base_.describe() + ": " + format_fixed(sps(current_out_), 1) +
+                         " samples/s, peak " +
+                         format_bytes(current_out_.measurement.peak_memory_bytes) +
+                         breakdown(current_out_.measurement)
+                   : base_.describe() + " runs out of memory under " +
+                         format_bytes(runner_.memory_limit_bytes()) + ": memory binds";
+    finish_stage("baseline", 0, sps(current_out_), false, why);
+  }
+
+  // Precision is compared at the user's batch, or at the largest half of it that fits.
+  void precision() {
+    if (o_.precisions.empty()) return;
+    TrialConfig at = current_;
+    TrialOutcome at_out = current_out_;
+    while (!at_out.fits && at.train.batch_size > 1) {
+      at.train.batch_size /= 2;
+      at_out = measured(at, "precision");
+    }
+    if (!at_out.fits) return;  // the batch stage reports what fits
+    TrialConfig best = at;
+    TrialOutcome best_out = at_out;
+    std::ostringstream tried;
+    for (Precision p : o_.precisions) {
+      if (p == at.train.precision) continue;
+      TrialConfig c = at;
+      c.train.precision = p;
+      const TrialOutcome& out = measured(c, "precision");
+      tried << (tried.tellp() > 0 ? ", " : "") << to_string(p) << " "
+            << (out.fits ? format_fixed(sps(out), 1) + " samples/s" : std::string("out of memory"));
+      if (better(out, best_out)) {
+        best = c;
+        best_out = out;
+      }
+    }
+    const bool changed = best.train.precision != current_.train.precision;
+    std::string why = to_string(at.train.precision) + " " + format_fixed(sps(at_out), 1) +
+                      " samples/s at batch " + std::to_string(at.train.batch_size) + "; " +
+                      tried.str();
+    why += changed ? ": " + to_string(best.train.precision) + " is faster by " +
+                         pct(sps(best_out) / sps(at_out) - 1.0)
+                   : ": kept " + to_string(at.train.precision) +
+                         " (nothing faster by at least " + pct(o_.min_gain) + " beyond noise)";
+    finish_stage("precision", sps(at_out), sps(best_out), changed, why);
+    current_.train.precision = best.train.precision;
+    if (base_fits_) current_out_ = measured(current_, "precision");
+  }
+
+  void batch_size() {
+    const double before = sps(current_out_);
+    const BatchSearchResult r = search_batch_size(runner_, current_, o_.search);
+    for (const SearchTrial& t : r.trials) record("batch_size", t.purpose, t.config, t.outcome);
+    search_ = r;
+    const int64_t user = base_.train.batch_size;
+    const int64_t found = r.chosen;
+    TrialConfig next = current_;
+    next.train.accumulate = 1;
+    std::string why = r.why + " (largest safe " + std::to_string(r.largest_safe) + ", " +
+                      std::to_string(r.steps) + " probe steps, " + std::to_string(r.ooms) +
+                      " out of memory)";
+    const bool grow = found > user, shrink = found < user;
+    const bool user_fits = r.largest_safe >= user;
+    if (!grow && !shrink) {
+      plan_.effective_batch = "unchanged";
+      plan_.effective_batch_why = "the searched batch equals yours (" + std::to_string(user) + ")";
+    } else if ((grow && o_.effective_batch == EffectiveBatch::kKeep) ||
+               (shrink && o_.effective_batch != EffectiveBatch::kRescale)) {
+      // Keep the user's samples per step: the batch stays, split into micro-batches that fit.
+      const int64_t micro = std::min(found, r.largest_safe);
+      const int64_t k = user_fits && grow ? 1 : (user + micro - 1) / micro;
+      next.train.batch_size = user;
+      next.train.accumulate = std::max<int64_t>(1, k);
+      plan_.effective_batch = "kept";
+      plan_.effective_batch_why =
+          grow ? "batch " + std::to_string(found) +
+                     " measured faster, but --effective-batch keep holds your batch of " +
+                     std::to_string(user)
+               : "your batch of " + std::to_string(user) + " kept as " + std::to_string(k) +
+                     " micro-batches of at most " +
+                     std::to_string(next.micro_batch()) +
+                     (user_fits ? " (faster than one large step)"
+                                : " (one step of " + std::to_string(user) + " does not fit)") +
+                     "; the learning rate is unchanged";
+    } else {
+      next.train.batch_size = found;
+      next.train.lr = rescaled_lr(base_.train.lr, base_.train.optimizer, user, found);
+      if (next.train.warmup_steps == 0) next.train.warmup_steps = -1;  // default warm-up
+      plan_.effective_batch = "lr_rescaled";
+      plan_.effective_batch_why =
+          "batch " + std::to_string(user) + " → " + std::to_string(found) + ": learning rate " +
+          format_fixed(base_.train.lr, 6) + " → " + format_fixed(next.train.lr, 6) + " (" +
+          (base_.train.optimizer == OptimizerKind::kSgd ? "linear rule for SGD"
+                                                        : "square-root rule for AdamW") +
+          ") with linear warm-up";
+    }
+    const TrialOutcome& out =
+        next.train.accumulate == 1 && next.train.batch_size == found
+            ? remember(next, r)
+            : measured(next, "batch_size");
+    finish_stage("batch_size", before, sps(out), next.describe() != current_.describe(),
+                 why + "; effective batch " + plan_.effective_batch + ": " +
+                     plan_.effective_batch_why);
+    current_ = next;
+    current_out_ = out;
+  }
+
+  // The search's own measurement of its chosen batch stands for the configuration.
+  const TrialOutcome& remember(const TrialConfig& c, const BatchSearchResult& r) {
+    TrialOutcome t;
+    t.fits = true;
+    for (const SearchTrial& s : r.trials)
+      if (s.config.train.batch_size == r.chosen && s.outcome.fits &&
+          !s.outcome.measurement.step_samples_per_s.empty())
+        t = s.outcome;
+    t.measurement.samples_per_s = r.samples_per_s;
+    return cache_.emplace(c.describe(), t).first->second;
+  }
+
+  // When the user's batch does not fit as one step, activation checkpointing may beat
+  // accumulation: try a few segment counts at the full batch.
+  void memory_savers() {
+    if (current_.train.accumulate <= 1) {
+      finish_stage("memory_savers", sps(current_out_), sps(current_out_), false,
+                   "not needed: each step of " + std::to_string(current_.train.batch_size) +
+                       " fits in memory at once");
+      return;
+    }
+    const double before = sps(current_out_);
+    TrialConfig best = current_;
+    TrialOutcome best_out = current_out_;
+    std::ostringstream tried;
+    for (int s = 2; s <= o_.max_checkpoint_segments; s *= 2) {
+      TrialConfig c = current_;
+      c.train.checkpoint_segments = s;
+      c.train.accumulate = 1;
+      try {
+        const TrialOutcome& out = measured(c, "memory_savers");
+        tried << (tried.tellp() > 0 ? ", " : "") << s << " checkpoint segments "
+              << (out.fits ? format_fixed(sps(out), 1) + " samples/s" : "out of memory");
+        if (better(out, best_out)) {
+          best = c;
+          best_out = out;
+        }
+      } catch (const Error& e) {
+        tried << (tried.tellp() > 0 ? ", " : "") << "checkpointing unavailable (" << e.what() << ")";
+        break;
+      }
+    }
+    const bool changed = best.describe() != current_.describe();
+    finish_stage("memory_savers", before, sps(best_out), changed,
+                 "accumulation " + std::to_string(current_.train.accumulate) + "× " +
+                     format_fixed(before, 1) + " samples/s; " + tried.str() +
+                     (changed ? ": checkpointing wins" : ": kept accumulation"));
+    current_ = best;
+    current_out_ = best_out;
+  }
+
+  void threads() {
+    const double before = sps(current_out_);
+    TrialConfig best = current_;
+    TrialOutcome best_out = current_out_;
+    std::ostringstream tried;
+    for (int n : o_.threads) {
+      if (n == current_.threads) continue;
+      TrialConfig c = current_;
+      c.threads = n;
+      const TrialOutcome& out = measured(c, "threads");
+      tried << (tried.tellp() > 0 ? ", " : "") << n << " threads "
+            << format_fixed(sps(out), 1) << " samples/s";
+      if (better(out, best_out)) {
+        best = c;
+        best_out = out;
+      }
+    }
+    const bool changed = best.threads != current_.threads;
+    finish_stage("threads", before, sps(best_out), changed,
+                 tried.str() + (changed ? ": " + std::to_string(best.threads) + " threads"
+                                        : ": kept the current threads"));
+    current_ = best;
+    current_out_ = best_out;
+  }
+
+  // The configuration the user would have trained: the base, or when it does not fit, the base
+  // split into micro-batches that do.
+  TrialConfig reference() const {
+    TrialConfig ref = base_;
+    if (!base_fits_ && search_.largest_safe > 0) {
+      const int64_t micro = std::max<int64_t>(1, search_.largest_safe / 2);
+      ref.train.accumulate = (ref.train.batch_size + micro - 1) / micro;
+    }
+    return ref;
+  }
+
+  void quality_guard() {
+    QualityCheck& q = plan_.quality;
+    q.tolerance = o_.quality_tolerance;
+    q.samples = o_.quality_samples;
+    const double after = sps(current_out_);
+    if (o_.quality_samples <= 0) {
+      q.why = "not run (no quality samples)";
+      finish_stage("quality_guard", after, after, false, q.why);
+      return;
+    }
+    if (current_.describe() == base_.describe() && current_.train.lr == base_.train.lr) {
+      q.accepted = true;
+      q.why = "nothing changed";
+      finish_stage("quality_guard", after, after, false, q.why);
+      return;
+    }
+    const TrialConfig ref = reference();
+    const QualityRun b = runner_.train_and_validate(ref, o_.quality_samples);
+    q.baseline = b.validation_metric;
+    q.baseline_loss = b.final_loss;
+    plan_.baseline.validation_metric = b.validation_metric;
+    plan_.baseline.final_loss = b.final_loss;
+    // Candidates from the tuned configuration back towards the user's: first undo the
+    // effective-batch change, then the precision.
+    std::vector<TrialConfig> candidates = {current_};
+    if (plan_.effective_batch == "lr_rescaled") {
+      TrialConfig c = current_;
+      c.train.batch_size = ref.train.batch_size;
+      c.train.lr = ref.train.lr;
+      c.train.accumulate = ref.train.accumulate;
+      candidates.push_back(c);
+    }
+    if (current_.train.precision != ref.train.precision) {
+      TrialConfig c = candidates.back();
+      c.train.precision = ref.train.precision;
+      candidates.push_back(c);
+    }
+    std::ostringstream why;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const TrialConfig& c = candidates[i];
+      const QualityRun t = runner_.train_and_validate(c, o_.quality_samples);
+      const bool metric_ok = t.validation_metric >= b.validation_metric - o_.quality_tolerance;
+      // Relative, with an absolute floor: near-zero losses differ by large ratios of nothing.
+      const bool loss_ok =
+          t.final_loss <= b.final_loss + std::max(o_.loss_tolerance * b.final_loss, 0.01);
+      why << (i ? "; " : "") << c.describe() << ": " << q.metric << " "
+          << format_fixed(100 * t.validation_metric, 2) << "% vs "
+          << format_fixed(100 * b.validation_metric, 2) << "%, loss "
+          << format_fixed(t.final_loss, 4) << " vs " << format_fixed(b.final_loss, 4);
+      if (metric_ok && loss_ok) {
+        q.accepted = true;
+        q.tuned = t.validation_metric;
+        q.tuned_loss = t.final_loss;
+        plan_.tuned.validation_metric = t.validation_metric;
+        plan_.tuned.final_loss = t.final_loss;
+        why << ": accepted";
+        if (i > 0) {
+          current_ = c;
+          plan_.effective_batch = c.train.accumulate > 1 ? "kept" : "unchanged";
+          plan_.effective_batch_why = "the quality guard rejected the rescaled batch";
+        }
+        break;
+      }
+      why << ": rejected (" << (metric_ok ? "" : "accuracy drop above " + pct(o_.quality_tolerance))
+          << (!metric_ok && !loss_ok ? ", " : "")
+          << (loss_ok ? "" : "loss rise above " + pct(o_.loss_tolerance)) << ")";
+    }
+    if (!q.accepted) {
+      current_ = ref;
+      plan_.effective_batch = ref.train.accumulate > 1 ? "kept" : "unchanged";
+      plan_.effective_batch_why = "every tuned candidate failed the quality guard";
+      q.tuned = b.validation_metric;
+      q.tuned_loss = b.final_loss;
+      why << "; fell back to " << ref.describe();
+    }
+    q.why = why.str();
+    const TrialOutcome& out = measured(current_, "quality_guard");
+    finish_stage("quality_guard", after, sps(out), !q.accepted || current_.describe() != candidates[0].describe(), q.why);
+    current_out_ = out;
+  }
+
+  TrialRunner& runner_;
+  TrialConfig base_;
+  TuneOptions o_;
+  std::function<void(const PlanStage&)> on_stage_;
+  Clock::time_point start_;
+  Plan plan_;
+  TrialConfig current_;
+  TrialOutcome current_out_;
+  bool base_fits_ = false;
+  BatchSearchResult search_;
+  std::map<std::string, TrialOutcome> cache_;
+};
+
+}  // namespace
+
+Plan tune(TrialRunner& runner, const TrialConfig& base, const TuneOptions& options,
+          const std::function<void(const PlanStage&)>& on_stage) {
+  return Tuner(runner, base, options, on_stage).run();
+}
+
+}  // namespace saturate
