@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # The two commands users type. Each installs what is missing, configures and builds first.
-#   make demo   tune-free training run of the default workload (fmnist-cnn on Fashion-MNIST)
+#   make demo   tune the default workload (fmnist-cnn on Fashion-MNIST), then train with the plan
 #   make test   the whole test suite through ctest
 BUILD ?= build
 JOBS ?= $(shell nproc)

@@ -9,6 +9,7 @@
 // while the sampler runs alone), each as a share of the step time and of the cores' time.
 //
 // Usage: saturate_telemetry_overhead_bench [--repeats N] [--batch N] [--steps N] [--data SPEC]
+//                                          [--interval MS (0: no sampler)] [--sinks 0|1]
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -42,6 +43,10 @@ double median(std::vector<double> v) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// What "on" turns on (flags below), to tell the sinks' cost from the sampler's.
+double g_interval_ms = 100;  // 0: no sampler
+bool g_sinks = true;
 
 // Passes everything on and adds up the wall time spent in the sinks it wraps.
 class TimedSink : public saturate::TelemetrySink {
@@ -114,7 +119,7 @@ RunOutcome run(const saturate::DatasetSplits& data, int64_t batch, int64_t steps
   std::unique_ptr<saturate::JsonlSink> jsonl;
   std::unique_ptr<saturate::TraceSink> trace;
   std::unique_ptr<saturate::DeviceSampler> sampler;
-  if (telemetry) {
+  if (telemetry && g_sinks) {
     tb = std::make_unique<saturate::TensorBoardSink>(dir);
     jsonl = std::make_unique<saturate::JsonlSink>(dir + "/steps.jsonl");
     trace = std::make_unique<saturate::TraceSink>(dir + "/trace.json");
@@ -122,18 +127,21 @@ RunOutcome run(const saturate::DatasetSplits& data, int64_t batch, int64_t steps
     sinks.add(tb.get());
     sinks.add(jsonl.get());
     sinks.add(trace.get());
+  }
+  if (telemetry && g_interval_ms > 0) {
     saturate::SamplerOptions so;
-    so.interval_ms = 100;
+    so.interval_ms = g_interval_ms;
     sampler = std::make_unique<saturate::DeviceSampler>(so);
     sampler->start();
   }
   RunOutcome out;
   if (telemetry) {
     // Sampler readings reach the sinks on the training thread, as in `saturate train`.
-    saturate::SampledSink sampled(*sampler, sinks);
-    TimedSink timed(sampled);
+    std::unique_ptr<saturate::SampledSink> sampled;
+    if (sampler) sampled = std::make_unique<saturate::SampledSink>(*sampler, sinks);
+    TimedSink timed(sampled ? static_cast<saturate::TelemetrySink&>(*sampled) : sinks);
     trainer.fit(data, &timed);
-    sampler->stop();
+    if (sampler) sampler->stop();
     out.sink_us_per_step = 1e6 * timed.seconds / static_cast<double>(steps);
   } else {
     trainer.fit(data, &sinks);
@@ -158,6 +166,8 @@ int main(int argc, char** argv) {
     else if (k == "--batch") batch = std::atoll(v.c_str());
     else if (k == "--steps") steps = std::atoll(v.c_str());
     else if (k == "--data") spec = v;
+    else if (k == "--interval") g_interval_ms = std::atof(v.c_str());
+    else if (k == "--sinks") g_sinks = std::atoi(v.c_str()) != 0;
   }
   char tmpl[] = "/tmp/saturate-telemetry-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -179,7 +189,7 @@ int main(int argc, char** argv) {
     ratio.push_back(b.samples_per_s / a.samples_per_s);
     sink_share.push_back(b.sink_us_per_step / (1000.0 * b.mean_step_ms));
   }
-  const double sampler_share = sampler_cpu_share(100, 5.0);
+  const double sampler_share = g_interval_ms > 0 ? sampler_cpu_share(g_interval_ms, 5.0) : 0.0;
   std::printf("telemetry overhead: fmnist-cnn, cpu, %d threads, batch %lld, %lld steps, %d repeats\n",
               threads, static_cast<long long>(batch), static_cast<long long>(steps), repeats);
   std::printf("  off  %10.1f samples/s (median)\n", median(off));

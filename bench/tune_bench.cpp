@@ -5,8 +5,8 @@
 // grid's best (every batch under the limit less the reserve), counting probe steps. Part (b)
 // does the same on real CPU training steps of built-in models under a --memory-limit.
 //
-// Usage: saturate_tune_bench [--profiles N] [--noise MAX] [--real MODEL:LIMIT ...]
-//                            [--grid-steps N] [--epoch-check]
+// Usage: saturate_tune_bench [--profiles N] [--noise MAX] [--measure-steps N] [--repeats N]
+//        saturate_tune_bench --real MODEL:LIMIT [--real ...] [--grid-steps N] [--epoch-check 1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -130,11 +130,105 @@ void simulated(int profiles, double noise) {
               100.0 * ours / theirs);
 }
 
+// Throughput of `batch` measured the same way for every strategy: `steps` steps, the first
+// untimed. 0 when it does not fit.
+double measure(saturate::TrialRunner& runner, const TrialConfig& base, int64_t batch,
+               int64_t steps) {
+  saturate::TrialRequest req;
+  req.config = base;
+  req.config.train.batch_size = batch;
+  req.steps = steps;
+  req.warmup_steps = 1;
+  const auto t = runner.run(req);
+  return t.fits ? t.measurement.samples_per_s : 0.0;
+}
+
+// Part (b): one model under one memory limit, on this machine's CPU.
+void real(const std::string& model, const std::string& limit_text, int64_t grid_steps,
+          bool epoch_check, const saturate::DatasetSplits& data) {
+  const int64_t limit = saturate::parse_bytes(limit_text, "--real");
+  auto memory = saturate::make_device_memory(c10::Device("cpu"), limit);
+  saturate::TorchTrialRunner runner(model, data, c10::Device("cpu"), *memory, 4096);
+  TrialConfig base;
+  base.train.batch_size = 64;
+  const double reserve = saturate::BatchSearchOptions{}.reserve;
+  const auto target = static_cast<int64_t>(static_cast<double>(limit) * (1 - reserve));
+  std::printf("(b) %s, fashion-mnist, CPU, memory limit %s (target %s), %d threads\n",
+              model.c_str(), limit_text.c_str(), saturate::format_bytes(target).c_str(),
+              saturate::configure_threads(0));
+  // The grid: powers of two and their 1.5× up to the largest batch under the target.
+  std::vector<std::pair<int64_t, double>> grid;
+  double grid_best = 0;
+  int64_t grid_best_batch = 0;
+  bool past_target = false;
+  for (int64_t p = 1; p <= 4096 && !past_target; p *= 2) {
+    for (int64_t b : {p, p + p / 2}) {
+      if ((b == p + p / 2 && p < 2) || b > 4096) continue;
+      saturate::TrialRequest req;
+      req.config = base;
+      req.config.train.batch_size = b;
+      req.steps = grid_steps;
+      req.warmup_steps = 1;
+      const auto t = runner.run(req);
+      if (!t.fits || t.measurement.peak_memory_bytes > target) {
+        past_target = true;
+        break;
+      }
+      grid.emplace_back(b, t.measurement.samples_per_s);
+      if (t.measurement.samples_per_s > grid_best) {
+        grid_best = t.measurement.samples_per_s;
+        grid_best_batch = b;
+      }
+    }
+  }
+  std::printf("  grid (%lld steps each):", static_cast<long long>(grid_steps));
+  for (const auto& [b, sps] : grid) std::printf(" %lld:%.0f", static_cast<long long>(b), sps);
+  std::printf("\n  grid best: batch %lld, %.1f samples/s\n",
+              static_cast<long long>(grid_best_batch), grid_best);
+  std::printf("  %-20s %7s %12s %9s %7s %7s\n", "strategy", "batch", "samples/s", "of grid",
+              "steps", "OOMs");
+  int64_t binsearch_steps = 0, ours_steps = 0, ours_batch = 0;
+  for (const auto& [name, run_strategy] : strategies()) {
+    saturate::CountingRunner counting(runner);
+    const Pick pick = run_strategy(counting, base);
+    // Score every pick by the same measurement as the grid.
+    const double sps = pick.chosen > 0 ? measure(runner, base, pick.chosen, grid_steps) : 0.0;
+    std::printf("  %-20s %7lld %12.1f %9.3f %7lld %7lld\n", name.c_str(),
+                static_cast<long long>(pick.chosen), sps, sps / grid_best,
+                static_cast<long long>(pick.steps), static_cast<long long>(counting.out_of_memory()));
+    if (name == "lightning-binsearch") binsearch_steps = pick.steps;
+    if (name == "saturate") {
+      ours_steps = pick.steps;
+      ours_batch = pick.chosen;
+    }
+  }
+  std::printf("  saturate used %.1f%% of lightning-binsearch's probe steps\n",
+              100.0 * static_cast<double>(ours_steps) / static_cast<double>(binsearch_steps));
+  if (epoch_check && ours_batch > 0) {
+    saturate::TrialConfig c = base;
+    c.train.batch_size = ours_batch;
+    const int64_t epoch_steps = (data.train.size() + ours_batch - 1) / ours_batch;
+    saturate::TrialRequest req;
+    req.config = c;
+    req.steps = epoch_steps;
+    req.warmup_steps = 1;
+    const auto t = runner.run(req);
+    std::printf("  full epoch at batch %lld under the limit: %s, %lld steps, peak %s, %.1f samples/s\n",
+                static_cast<long long>(ours_batch), t.fits ? "no OOM" : "OUT OF MEMORY",
+                static_cast<long long>(t.steps_run),
+                saturate::format_bytes(t.measurement.peak_memory_bytes).c_str(),
+                t.measurement.samples_per_s);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int profiles = 300;
   std::vector<double> noises = {0.03, 0.08};
+  std::vector<std::string> reals;
+  int64_t grid_steps = 8;
+  bool epoch_check = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--profiles") profiles = std::atoi(v.c_str());
@@ -142,6 +236,17 @@ int main(int argc, char** argv) {
     else if (k == "--measure-steps") g_search.measure_steps = std::atoll(v.c_str());
     else if (k == "--noise-steps") g_search.noise_steps = std::atoll(v.c_str());
     else if (k == "--repeats") g_search.max_repeats = std::atoi(v.c_str());
+    else if (k == "--real") reals.push_back(v);
+    else if (k == "--grid-steps") grid_steps = std::atoll(v.c_str());
+    else if (k == "--epoch-check") epoch_check = v == "1";
+  }
+  if (!reals.empty()) {
+    const auto data = saturate::load_dataset("fashion-mnist");
+    for (const std::string& r : reals) {
+      const size_t colon = r.find(':');
+      real(r.substr(0, colon), r.substr(colon + 1), grid_steps, epoch_check, data);
+    }
+    return 0;
   }
   for (double n : noises) simulated(profiles, n);
   return 0;
