@@ -9,13 +9,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <utility>
 
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
+#include "saturate/data/cifar_reader.h"
 #include "saturate/data/idx_reader.h"
+#include "saturate/data/npy_reader.h"
+#include "saturate/data/record_file.h"
 
 namespace saturate {
 namespace {
@@ -23,7 +27,27 @@ namespace {
 constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 constexpr char kFashionMnistDirEnv[] = "SATURATE_FASHION_MNIST_DIR";
 constexpr char kMnistDir[] = "/usr/share/datasets/mnist";
-constexpr char kIdxPrefix[] = "idx:";
+
+enum class Format { kIdx, kCifar10, kCifar100, kNpy, kRecords };
+
+// The "PREFIX:DIR" specs. A data set named by its format (CIFAR) is labelled by that name;
+// the others by their folder's name.
+struct FolderSpec {
+  const char* prefix;
+  Format format;
+  const char* example_dir;
+  const char* fixed_label;  // nullptr: the folder's name
+};
+constexpr FolderSpec kFolderSpecs[] = {
+    {"idx:", Format::kIdx, "/data/mnist", nullptr},
+    {"cifar10:", Format::kCifar10, "/data/cifar-10-batches-bin", "cifar10"},
+    {"cifar100:", Format::kCifar100, "/data/cifar-100-binary", "cifar100"},
+    {"npy:", Format::kNpy, "/data/arrays", nullptr},
+    {"records:", Format::kRecords, "/data/records", nullptr},
+};
+
+constexpr char kNpyFiles[4][12] = {"train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy"};
+constexpr char kRecordFiles[2][10] = {"train.rec", "test.rec"};
 
 struct SplitFiles {
   const char* images;
@@ -33,6 +57,7 @@ constexpr SplitFiles kTrainFiles = {"train-images-idx3-ubyte", "train-labels-idx
 constexpr SplitFiles kTestFiles = {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
 struct ResolvedSpec {
+  Format format = Format::kIdx;
   std::string label;  // dataset name used in TensorDataset::name and messages
   std::string dir;
   std::string missing_hint;  // appended when the folder does not exist
@@ -57,31 +82,53 @@ std::string folder_name(std::string dir) {
   return slash == std::string::npos ? dir : dir.substr(slash + 1);
 }
 
+std::string join_path(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// The spec that would load `dir`, judged by a file each format must have: "idx:DIR" when none
+// is there (the message the bare-folder mistake has always had).
+std::string spec_for_folder(const std::string& dir) {
+  if (is_file(join_path(dir, "test_batch.bin"))) return "a CIFAR-10 folder use cifar10:" + dir;
+  if (is_file(join_path(dir, "train.bin"))) return "a CIFAR-100 folder use cifar100:" + dir;
+  if (is_file(join_path(dir, kNpyFiles[0]))) return "a folder of .npy arrays use npy:" + dir;
+  if (is_file(join_path(dir, kRecordFiles[0])))
+    return "a folder of record files use records:" + dir;
+  return "an MNIST-layout folder use idx:" + dir;
+}
+
 ResolvedSpec resolve_spec(const std::string& spec) {
   if (spec == "fashion-mnist") {
     const char* env = std::getenv(kFashionMnistDirEnv);
     const bool has_env = env != nullptr && env[0] != '\0';
-    return {spec, has_env ? env : kFashionMnistDir,
+    return {Format::kIdx, spec, has_env ? env : kFashionMnistDir,
             has_env ? detail::concat(" (from $", kFashionMnistDirEnv, ")")
                     : detail::concat("; set $", kFashionMnistDirEnv, " or use idx:DIR")};
   }
-  if (spec == "mnist") return {spec, kMnistDir, "; use idx:DIR for a copy elsewhere"};
-  if (spec.rfind(kIdxPrefix, 0) == 0) {
-    std::string dir = spec.substr(std::strlen(kIdxPrefix));
-    SATURATE_CHECK(!dir.empty(), "data: '", spec,
-                   "' needs a folder after the colon, e.g. idx:/data/mnist");
-    const std::string label = folder_name(dir);
-    return {label.empty() ? "idx" : label, dir, ""};
+  if (spec == "mnist") return {Format::kIdx, spec, kMnistDir, "; use idx:DIR for a copy elsewhere"};
+  for (const FolderSpec& f : kFolderSpecs) {
+    if (spec.rfind(f.prefix, 0) != 0) continue;
+    std::string dir = spec.substr(std::strlen(f.prefix));
+    SATURATE_CHECK(!dir.empty(), "data: '", spec, "' needs a folder after the colon, e.g. ",
+                   f.prefix, f.example_dir);
+    std::string label = f.fixed_label ? f.fixed_label : folder_name(dir);
+    if (label.empty()) label = std::string(f.prefix, std::strlen(f.prefix) - 1);
+    return {f.format, label, dir, ""};
   }
-  SATURATE_CHECK(!is_folder(spec), "data: unknown dataset '", spec,
-                 "'; to load an MNIST-layout folder use idx:", spec);
+  SATURATE_CHECK(!is_folder(spec), "data: unknown dataset '", spec, "'; to load ",
+                 spec_for_folder(spec));
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos && colon > 0 && spec.find('/') > colon) {
+    // "cifr10:/data/x": the folder is probably right, so suggest a prefix rather than a spec.
+    std::vector<std::string> prefixes;
+    for (const FolderSpec& f : kFolderSpecs) prefixes.emplace_back(f.prefix);
+    const std::string prefix = spec.substr(0, colon + 1);
+    SATURATE_CHECK(false, "data: unknown dataset format '", prefix, "' in '", spec, "'",
+                   did_you_mean(prefix, prefixes));
+  }
   SATURATE_CHECK(false, "data: unknown dataset '", spec, "'",
                  did_you_mean(spec, dataset_spec_examples()));
   return {};
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
 // `base` or `base.gz` inside `dir`, preferring the plain file; nullopt when neither exists.
@@ -144,17 +191,52 @@ TensorDataset make_split(const std::string& name, const std::string& images_path
   return split;
 }
 
-int64_t max_label(const IdxArray& labels) {
-  uint8_t max = 0;
-  for (uint8_t l : labels.data) max = std::max(max, l);
-  return max;
+// The files `names` inside `dir`; every missing one is listed by name.
+std::vector<std::string> require_files(const std::string& spec, const std::string& dir,
+                                       const std::vector<std::string>& names) {
+  std::vector<std::string> paths, missing;
+  for (const std::string& name : names) {
+    paths.push_back(join_path(dir, name));
+    if (!is_file(paths.back())) missing.push_back(name);
+  }
+  SATURATE_CHECK(missing.empty(), "data: ", spec, ": folder ", dir, " lacks ", join(missing, ", "));
+  return paths;
 }
 
+// A tensor over `values` without a copy: the tensor owns and frees them.
+template <typename T>
+at::Tensor adopt_vector(std::vector<T>&& values, at::IntArrayRef sizes, at::ScalarType type) {
+  auto owned = std::make_unique<std::vector<T>>(std::move(values));
+  at::Tensor tensor = torch::from_blob(
+      owned->data(), sizes, [p = owned.get()](void*) { delete p; }, torch::TensorOptions(type));
+  owned.release();  // the deleter above owns it now
+  return tensor;
+}
+
+std::string format_shape(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) out += (i > 0 ? "x" : "") + std::to_string(shape[i]);
+  return out;
+}
+
+// Both splits hold samples of one shape.
+void check_splits(const DatasetSplits& splits, const std::string& spec,
+                  const std::string& train_path, const std::string& test_path) {
+  SATURATE_CHECK(splits.train.size() > 0, "data: ", spec, ": ", train_path, " holds no samples");
+  SATURATE_CHECK(splits.test.size() > 0, "data: ", spec, ": ", test_path, " holds no samples");
+  SATURATE_CHECK(splits.train.sample_shape() == splits.test.sample_shape(),
+                 "data: sample shapes differ: ", train_path, " has ",
+                 format_shape(splits.train.sample_shape()), " images, ", test_path, " has ",
+                 format_shape(splits.test.sample_shape()));
+}
+
+int64_t max_label(const TensorDataset& split) { return split.targets.max().item<int64_t>(); }
+
 // Exact mean and population std of pixels / 255, from a histogram (no float accumulation drift).
-std::pair<double, double> pixel_stats(const IdxArray& images) {
+std::pair<double, double> pixel_stats(const uint8_t* pixels, size_t count) {
   std::array<uint64_t, 256> histogram{};
-  for (uint8_t p : images.data) ++histogram[p];
-  const auto n = static_cast<double>(images.data.size());
+  for (size_t i = 0; i < count; ++i) ++histogram[pixels[i]];
+  const auto n = static_cast<double>(count);
   double sum = 0.0, sum_sq = 0.0;
   for (int v = 0; v < 256; ++v) {
     const double x = v / 255.0;
@@ -167,24 +249,20 @@ std::pair<double, double> pixel_stats(const IdxArray& images) {
   return {mean, std > 0.0 ? std : 1.0};
 }
 
-}  // namespace
-
-int64_t TensorDataset::size() const { return inputs.defined() ? inputs.size(0) : 0; }
-
-std::vector<int64_t> TensorDataset::sample_shape() const {
-  if (!inputs.defined()) return {};
-  const auto sizes = inputs.sizes();
-  return {sizes.begin() + 1, sizes.end()};
+// The steps every format ends with: class count, normalisation statistics, description.
+void finish_splits(DatasetSplits& splits, const ResolvedSpec& resolved, int64_t num_classes) {
+  splits.train.num_classes = splits.test.num_classes = num_classes;
+  const at::Tensor& pixels = splits.train.inputs;
+  std::tie(splits.normalize_mean, splits.normalize_std) =
+      pixel_stats(pixels.data_ptr<uint8_t>(), static_cast<size_t>(pixels.numel()));
+  splits.description =
+      detail::concat(resolved.label, " (", resolved.dir, "): ", splits.train.size(), " train, ",
+                     splits.test.size(), " test, ", format_shape(splits.train.sample_shape()), ", ",
+                     num_classes, " classes");
 }
 
-std::vector<std::string> dataset_spec_examples() { return {"fashion-mnist", "mnist", "idx:DIR"}; }
-
-DatasetSplits load_dataset(const std::string& spec) {
-  const ResolvedSpec resolved = resolve_spec(spec);
+DatasetSplits load_idx(const std::string& spec, const ResolvedSpec& resolved) {
   const std::string& label = resolved.label;
-  SATURATE_CHECK(is_folder(resolved.dir), "data: ", spec, ": folder ", resolved.dir, " not found",
-                 resolved.missing_hint);
-
   std::vector<std::string> missing;
   std::array<std::string, 4> paths;
   const std::array<const char*, 4> bases = {kTrainFiles.images, kTrainFiles.labels,
@@ -213,16 +291,131 @@ DatasetSplits load_dataset(const std::string& spec) {
       train_images.dims[2], " images, ", paths[2], " has ", test_images.dims[1], "x",
       test_images.dims[2]);
 
-  const int64_t num_classes = std::max(max_label(train_labels), max_label(test_labels)) + 1;
+  const int64_t num_classes = std::max(max_label(splits.train), max_label(splits.test)) + 1;
   SATURATE_CHECK(num_classes >= 2, "data: ", spec, ": every label is 0 in ", paths[1], " and ",
                  paths[3], "; classification needs at least 2 classes");
-  splits.train.num_classes = splits.test.num_classes = num_classes;
-
-  std::tie(splits.normalize_mean, splits.normalize_std) = pixel_stats(train_images);
-  splits.description = detail::concat(
-      label, " (", resolved.dir, "): ", splits.train.size(), " train, ", splits.test.size(),
-      " test, 1x", train_images.dims[1], "x", train_images.dims[2], ", ", num_classes, " classes");
+  finish_splits(splits, resolved, num_classes);
   return splits;
+}
+
+// CIFAR readers check the labels against the fixed class count, so it needs no computing.
+DatasetSplits load_cifar(const std::string& spec, const ResolvedSpec& resolved) {
+  const CifarKind kind =
+      resolved.format == Format::kCifar10 ? CifarKind::kCifar10 : CifarKind::kCifar100;
+  const std::vector<std::string> train_names = cifar_split_files(kind, /*is_train=*/true);
+  std::vector<std::string> names = train_names;
+  for (const std::string& name : cifar_split_files(kind, /*is_train=*/false)) names.push_back(name);
+  const std::vector<std::string> paths = require_files(spec, resolved.dir, names);
+  const auto split_end = paths.begin() + static_cast<std::ptrdiff_t>(train_names.size());
+
+  DatasetSplits splits;
+  for (const bool is_train : {true, false}) {
+    CifarRecords records =
+        read_cifar_files(is_train ? std::vector<std::string>(paths.begin(), split_end)
+                                  : std::vector<std::string>(split_end, paths.end()),
+                         kind);
+    TensorDataset& split = is_train ? splits.train : splits.test;
+    const int64_t count = records.size();
+    split.name = resolved.label + (is_train ? "/train" : "/test");
+    split.inputs = adopt_vector(std::move(records.pixels),
+                                {count, kCifarChannels, kCifarHeight, kCifarWidth}, at::kByte);
+    split.targets = adopt_vector(std::move(records.labels), {count}, at::kLong);
+  }
+  finish_splits(splits, resolved, cifar_num_classes(kind));
+  return splits;
+}
+
+DatasetSplits load_npy(const std::string& spec, const ResolvedSpec& resolved) {
+  const std::vector<std::string> paths =
+      require_files(spec, resolved.dir, {kNpyFiles[0], kNpyFiles[1], kNpyFiles[2], kNpyFiles[3]});
+  DatasetSplits splits;
+  for (const bool is_train : {true, false}) {
+    const std::string& images_path = paths[is_train ? 0 : 2];
+    const std::string& labels_path = paths[is_train ? 1 : 3];
+    NpyArray images = read_npy(images_path);
+    const std::array<int64_t, 4> shape = npy_image_shape(images, images_path);
+    std::vector<int64_t> labels = npy_labels(read_npy(labels_path), labels_path);
+    SATURATE_CHECK(shape[0] == static_cast<int64_t>(labels.size()),
+                   "data: image and label counts differ: ", images_path, " has ", shape[0],
+                   " images, ", labels_path, " has ", labels.size(), " labels");
+    TensorDataset& split = is_train ? splits.train : splits.test;
+    split.name = resolved.label + (is_train ? "/train" : "/test");
+    split.inputs = adopt_vector(std::move(images.data), shape, at::kByte);
+    split.targets = adopt_vector(std::move(labels), {shape[0]}, at::kLong);
+  }
+  check_splits(splits, spec, paths[0], paths[2]);
+  const int64_t num_classes = std::max(max_label(splits.train), max_label(splits.test)) + 1;
+  SATURATE_CHECK(num_classes >= 2, "data: ", spec, ": every label is 0 in ", paths[1], " and ",
+                 paths[3], "; classification needs at least 2 classes");
+  finish_splits(splits, resolved, num_classes);
+  return splits;
+}
+
+// Reads the whole file into memory; training reads the mapping directly through
+// RecordFileSource instead.
+TensorDataset read_records(const std::string& name, const RecordFileSource& source) {
+  const RecordFileHeader& h = source.view().header();
+  TensorDataset split;
+  split.name = name;
+  split.inputs = torch::empty({h.sample_count, h.channels, h.height, h.width}, torch::kUInt8);
+  split.targets = torch::empty({h.sample_count}, torch::kInt64);
+  uint8_t* pixels = split.inputs.data_ptr<uint8_t>();
+  int64_t* targets = split.targets.data_ptr<int64_t>();
+  for (int64_t i = 0; i < h.sample_count; ++i) {
+    targets[i] = source.read(i, pixels + i * h.pixel_bytes());
+  }
+  return split;
+}
+
+DatasetSplits load_records(const std::string& spec, const ResolvedSpec& resolved) {
+  const std::vector<std::string> paths =
+      require_files(spec, resolved.dir, {kRecordFiles[0], kRecordFiles[1]});
+  const RecordFileSource train(paths[0]), test(paths[1]);
+  DatasetSplits splits;
+  splits.train = read_records(resolved.label + "/train", train);
+  splits.test = read_records(resolved.label + "/test", test);
+  check_splits(splits, spec, paths[0], paths[1]);
+  SATURATE_CHECK(train.num_classes() == test.num_classes(), "data: class counts differ: ", paths[0],
+                 " has ", train.num_classes(), " classes, ", paths[1], " has ", test.num_classes());
+  SATURATE_CHECK(train.num_classes() >= 2, "data: ", spec, ": ", paths[0],
+                 " has 1 class; classification needs at least 2 classes");
+  finish_splits(splits, resolved, train.num_classes());
+  return splits;
+}
+
+}  // namespace
+
+int64_t TensorDataset::size() const { return inputs.defined() ? inputs.size(0) : 0; }
+
+std::vector<int64_t> TensorDataset::sample_shape() const {
+  if (!inputs.defined()) return {};
+  const auto sizes = inputs.sizes();
+  return {sizes.begin() + 1, sizes.end()};
+}
+
+std::vector<std::string> dataset_spec_examples() {
+  std::vector<std::string> examples = {"fashion-mnist", "mnist"};
+  for (const FolderSpec& f : kFolderSpecs) examples.push_back(std::string(f.prefix) + "DIR");
+  return examples;
+}
+
+DatasetSplits load_dataset(const std::string& spec) {
+  const ResolvedSpec resolved = resolve_spec(spec);
+  SATURATE_CHECK(is_folder(resolved.dir), "data: ", spec, ": folder ", resolved.dir, " not found",
+                 resolved.missing_hint);
+  switch (resolved.format) {
+    case Format::kIdx:
+      return load_idx(spec, resolved);
+    case Format::kCifar10:
+    case Format::kCifar100:
+      return load_cifar(spec, resolved);
+    case Format::kNpy:
+      return load_npy(spec, resolved);
+    case Format::kRecords:
+      return load_records(spec, resolved);
+  }
+  SATURATE_ASSERT(false, "unhandled dataset format");
+  return {};
 }
 
 }  // namespace saturate

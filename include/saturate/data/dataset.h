@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// In-memory image-classification datasets: a whole split held as one uint8 tensor, loaded from
-// MNIST-layout IDX folders by a short spec ("fashion-mnist", "mnist", "idx:DIR").
+// In-memory image-classification datasets: a whole split held as one uint8 tensor, loaded by a
+// short spec from MNIST-layout IDX folders ("fashion-mnist", "mnist", "idx:DIR"), CIFAR binary
+// folders ("cifar10:DIR", "cifar100:DIR"), .npy arrays ("npy:DIR") or record files
+// ("records:DIR").
 //
 //   saturate::DatasetSplits d = saturate::load_dataset("fashion-mnist");
 //   // d.train.inputs: uint8 [60000, 1, 28, 28], d.train.targets: int64 [60000]
@@ -41,14 +43,23 @@ struct DatasetSplits {
 ///   "mnist"          /usr/share/datasets/mnist
 ///   "idx:DIR"        any folder with train-images-idx3-ubyte, train-labels-idx1-ubyte,
 ///                    t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each optionally .gz
-/// Throws saturate::Error ("data: ...") for an unknown spec (with a did-you-mean), a missing
-/// folder or split files (listed by name), unreadable IDX files, images that are not 3-dim uint8,
-/// labels that are not 1-dim uint8, image/label counts that differ (both files and counts named),
-/// train/test image sizes that differ, or labels spanning fewer than 2 classes.
-/// num_classes is the largest label in either split plus one.
+///   "cifar10:DIR"    CIFAR-10 binary: data_batch_1.bin .. data_batch_5.bin, test_batch.bin
+///   "cifar100:DIR"   CIFAR-100 binary: train.bin, test.bin (fine labels, 100 classes)
+///   "npy:DIR"        train_x.npy, train_y.npy, test_x.npy, test_y.npy: uint8 images shaped
+///                    [N, H, W] or [N, C, H, W] and integer labels shaped [N] (npy_reader.h)
+///   "records:DIR"    train.rec and test.rec, saturate record files (record_file.h)
+/// Throws saturate::Error ("data: ...") for an unknown spec (with a did-you-mean, or the spec
+/// that fits when it names a folder), a missing folder or split files (listed by name), image
+/// and label counts that differ (both files and counts named), train/test image sizes that
+/// differ, an empty split, or labels spanning fewer than 2 classes. IDX images must be 3-dim
+/// uint8 and labels 1-dim uint8. Reader errors name the file and the record or sample: IDX ones
+/// come prefixed "data: <spec>: ", CIFAR, .npy and record-file ones start "cifar: ", "npy: " or
+/// "records: ". num_classes is 10 or 100 for CIFAR, the header's for record files, and the
+/// largest label in either split plus one otherwise.
 DatasetSplits load_dataset(const std::string& spec);
 
-/// The accepted spec forms, for help text and did-you-mean: "fashion-mnist", "mnist", "idx:DIR".
+/// The accepted spec forms, for help text and did-you-mean: "fashion-mnist", "mnist", "idx:DIR",
+/// "cifar10:DIR", "cifar100:DIR", "npy:DIR", "records:DIR".
 std::vector<std::string> dataset_spec_examples();
 
 }  // namespace saturate
