@@ -191,8 +191,9 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     r.samples = batch->size;
     timer.mark(Phase::kDataWait);
     at::Tensor x = batch->inputs, y = batch->targets;
-    if (device_.is_cuda()) {
-      // Pinned staging lets the copy run asynchronously with respect to the host.
+    if (device_.is_cuda() && !x.is_cuda()) {
+      // Pinned staging lets the copy run asynchronously with respect to the host (a Loader with
+      // cuda_device set has already copied the batch on its side stream).
       x = x.pin_memory().to(device_, /*non_blocking=*/true);
       y = y.pin_memory().to(device_, /*non_blocking=*/true);
     }

@@ -493,6 +493,55 @@ def case_interrupt(tmp):
 
 
 
+# ---- input pipeline ------------------------------------------------------------------------------
+
+def case_train_workers_same_result(tmp):
+    # The same seed gives the same batches whether 0 or 3 threads make them.
+    _, _, a = small_train(tmp, "--workers", "0", summary="a.json")
+    _, _, b = small_train(tmp, "--workers", "3", "--prefetch", "4", summary="b.json")
+    if a["final_loss"] != b["final_loss"] or a["test_accuracy"] != b["test_accuracy"]:
+        fail(f"workers changed the run: {a['final_loss']} vs {b['final_loss']}")
+    if b["loader"]["workers"] != 3 or b["loader"]["samples"] < 30 * 32:
+        fail(f"loader block: {b['loader']}")
+
+
+def case_train_synthetic(tmp):
+    path = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--data", "synthetic:1,28,28,10,640", "--model", "mlp",
+                         "--steps", "8", "--batch-size", "32", "--no-eval", "--threads", "1",
+                         "--workers", "2", "--summary-json", path)
+    if code != 0:
+        fail(f"synthetic train exit {code}\n{err}")
+    with open(path) as f:
+        s = json.load(f)
+    if s["steps"] != 8 or s["samples"] != 256:
+        fail(f"synthetic summary: {s}")
+
+
+def case_profile_loader_only(tmp):
+    data = make_idx_dir(tmp)
+    code, out, err = run("profile", "--data", "idx:" + data, "--loader-only", "--steps", "20",
+                         "--batch-size", "16", "--workers", "2", "--cache", "1MiB", "--json")
+    if code != 0:
+        fail(f"profile --loader-only exit {code}\n{err}")
+    j = json.loads(out)
+    for key in ("samples_per_s", "cpu_util_pct", "make_batch_ms", "wait_ms", "cache_hit_rate"):
+        if key not in j:
+            fail(f"loader profile lacks '{key}': {j}")
+    # 20 batches of 16 over 256 samples: the second epoch comes from the cache.
+    if j["batches"] != 20 or not j["samples_per_s"] > 0 or not j["cache_hit_rate"] > 0:
+        fail(f"loader profile: {j}")
+
+
+def case_bad_workers(tmp):
+    expect_usage_error(["train", "--data", "idx:" + make_idx_dir(tmp), "--workers", "-1"],
+                       "--workers")
+
+
+def case_bad_synthetic(tmp):
+    expect_usage_error(["train", "--data", "synthetic:1,28,x,10,64"], "synthetic:1,28,x,10,64")
+
+
 # ---- tune ---------------------------------------------------------------------------------------
 
 def small_tune(tmp, *extra):

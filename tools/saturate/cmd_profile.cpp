@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate profile: run N training steps of a config and show where each step's time goes.
+#include <chrono>
 #include <cmath>
+#include <optional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +17,7 @@
 #include "saturate/device/threads.h"
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
+#include "saturate/telemetry/proc_stats.h"
 #include "saturate/telemetry/sample_summary.h"
 #include "saturate/telemetry/sampler.h"
 #include "saturate/telemetry/telemetry_sink.h"
@@ -28,6 +31,59 @@ struct Phase {
   const char* name;
   double ms;
 };
+
+// --loader-only: `steps` batches through the pipeline and nothing else.
+int profile_loader(Loader& loader, const std::string& data_spec, int64_t steps, int threads,
+                   bool as_json) {
+  const ProcStat cpu0 = read_proc_stat();
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t samples = 0, batches = 0, epoch = 0;
+  loader.start_epoch(epoch);
+  while (batches < steps && !g_interrupted.load()) {
+    std::optional<Batch> b = loader.next();
+    if (!b) {
+      loader.start_epoch(++epoch);
+      continue;
+    }
+    samples += b->size;
+    ++batches;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu_pct = cpu_util_between(cpu0, read_proc_stat()).util_pct;
+  const LoaderStats st = loader.stats();
+  const LoaderOptions& o = loader.options();
+  const double sps = wall > 0 ? static_cast<double>(samples) / wall : 0.0;
+  // Per-stage time per batch: making it (read, transform, collate; summed over workers) and the
+  // consumer's wait for it.
+  const double make_ms = batches ? 1000.0 * st.worker_busy_s / static_cast<double>(batches) : 0.0;
+  const double wait_ms = batches ? 1000.0 * st.wait_s / static_cast<double>(batches) : 0.0;
+  if (as_json) {
+    nlohmann::json j;
+    j["schema_version"] = 1;
+    j["data"] = data_spec;
+    j["batches"] = batches;
+    j["batch_size"] = o.batch_size;
+    j["workers"] = o.workers;
+    j["prefetch"] = o.prefetch;
+    j["samples_per_s"] = sps;
+    j["cpu_util_pct"] = cpu_pct;
+    j["make_batch_ms"] = make_ms;
+    j["wait_ms"] = wait_ms;
+    j["cache_hit_rate"] = st.cache_hit_rate();
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "saturate profile --loader-only: " << data_spec << ", batch " << o.batch_size
+              << ", " << o.workers << " workers, prefetch " << o.prefetch << "\n"
+              << "  samples/s     " << format_fixed(sps, 1) << " (" << batches << " batches in "
+              << format_duration_s(wall) << ")\n"
+              << "  cpu           " << format_fixed(cpu_pct, 0) << "% of all cores busy (" << threads
+              << " intra-op threads)\n"
+              << "  per batch     " << format_fixed(make_ms, 2) << " ms making it (read, transform, "
+              << "collate), " << format_fixed(wait_ms, 2) << " ms waited for\n"
+              << "  cache         " << format_fixed(100.0 * st.cache_hit_rate(), 1) << "% hits\n";
+  }
+  return static_cast<int>(g_interrupted.load() ? ExitCode::kInterrupted : ExitCode::kOk);
+}
 
 }  // namespace
 
@@ -47,7 +103,7 @@ int run_profile(const std::vector<std::string>& args) {
                "saturate profile"};
   app.add_option("--model", model_spec, "fmnist-cnn, mlp, mlp-deep, resnet18-cifar or PATH.pt")
       ->capture_default_str();
-  app.add_option("--data", data_spec, "fashion-mnist, mnist or idx:DIR")->capture_default_str();
+  app.add_option("--data", data_spec, "fashion-mnist, mnist, idx:DIR or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]")->capture_default_str();
   app.add_option("--steps", opts.steps, "training steps to run")->capture_default_str();
   app.add_option("--batch-size", opts.batch_size, "samples per step")->capture_default_str();
   app.add_option("--precision", precision_text, "fp32, tf32, bf16, fp16 or auto")
@@ -68,6 +124,11 @@ int run_profile(const std::vector<std::string>& args) {
   app.add_option("--interval", sampler_options.interval_ms,
                  "device sampling interval in ms (CPU, RSS; GPUs through NVML)")
       ->capture_default_str();
+  LoaderFlags loader_flags;
+  add_loader_flags(app, loader_flags);
+  bool loader_only = false;
+  app.add_flag("--loader-only", loader_only,
+               "measure the input pipeline alone (no model): can it feed the device?");
   app.add_flag("--json", as_json, "print the profile as JSON");
   if (!parse_args(app, args)) return 0;
   SATURATE_CHECK(opts.steps > 0, "profile: --steps must be positive, got ", opts.steps);
@@ -87,10 +148,13 @@ int run_profile(const std::vector<std::string>& args) {
   const DeviceChoice choice = select_device(spec, probe);
   opts.precision = resolve_precision(requested, choice.device, probe).precision;
   opts.validate();
-  const DatasetSplits data = load_dataset(data_spec);
+  TrainingInput input =
+      open_training_input(data_spec, loader_flags, opts.batch_size, opts.seed, choice.device);
+  const DatasetSplits& data = input.splits;
+  if (loader_only) return profile_loader(*input.loader, data_spec, opts.steps, threads, as_json);
   auto memory = make_device_memory(choice.device, memory_limit);
   seed_everything(opts.seed);
-  auto model = make_model(model_spec, {data.train.sample_shape(), data.train.num_classes});
+  auto model = make_model(model_spec, {input.sample_shape, input.num_classes});
   Trainer trainer(*model, opts, choice.device, memory.get());
   DeviceSampler sampler(sampler_options);
   // Readings at both ends bracket the run, so even a run shorter than one interval has an
@@ -98,7 +162,7 @@ int run_profile(const std::vector<std::string>& args) {
   std::vector<DeviceSample> readings = {sampler.sample_now()};
   sampler.start();
   SampledSink sampled(sampler, sinks);  // readings go to --logdir's JSONL and TensorBoard too
-  const TrainSummary summary = trainer.fit(data, &sampled, &g_interrupted);
+  const TrainSummary summary = trainer.fit(*input.loader, data, &sampled, &g_interrupted);
   sampler.stop();
   for (const auto& d : sampler.samples()) readings.push_back(d);
   readings.push_back(sampler.sample_now());

@@ -111,7 +111,7 @@ int run_train(const std::vector<std::string>& args) {
   app.add_option("--model", f.model,
                  "fmnist-cnn, mlp, mlp-deep, resnet18-cifar, or a TorchScript file (PATH.pt)")
       ->capture_default_str();
-  app.add_option("--data", f.data, "fashion-mnist, mnist or idx:DIR")->capture_default_str();
+  app.add_option("--data", f.data, "fashion-mnist, mnist, idx:DIR or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]")->capture_default_str();
   app.add_option("--epochs", opts.epochs, "passes over the training split")->capture_default_str();
   app.add_option("--steps", opts.steps, "optimizer steps; overrides --epochs when > 0")
       ->capture_default_str();
@@ -145,6 +145,8 @@ int run_train(const std::vector<std::string>& args) {
   app.add_option("--sample-interval", f.sample_interval_ms,
                  "with --logdir: device sampling interval in ms (CPU, RSS; GPUs through NVML)")
       ->capture_default_str();
+  LoaderFlags loader_flags;
+  add_loader_flags(app, loader_flags);
   app.add_flag("--no-eval", f.no_eval, "skip the test-split evaluation");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
   if (!parse_args(app, args)) return 0;
@@ -186,12 +188,14 @@ int run_train(const std::vector<std::string>& args) {
   opts.validate();
   if (requested_precision == Precision::kAuto)
     SATURATE_LOG_INFO("train: --precision auto: ", precision.reason);
-  const DatasetSplits splits = load_dataset(f.data);
+  TrainingInput input = open_training_input(f.data, loader_flags, opts.batch_size, opts.seed,
+                                            choice.device);
+  const DatasetSplits& splits = input.splits;
   // After the data is in memory: the budget caps what training allocates, not the dataset.
   auto memory = make_device_memory(choice.device, memory_limit);
 
   seed_everything(opts.seed);
-  auto model = make_model(f.model, {splits.train.sample_shape(), splits.train.num_classes});
+  auto model = make_model(f.model, {input.sample_shape, input.num_classes});
   SATURATE_LOG_INFO("train: ", model->name(), " (", count_parameters(*model), " parameters) on ",
                     choice.reason, ", ", threads, " threads, BLAS ", probe.blas.name);
   SATURATE_LOG_INFO("train: data ", splits.description);
@@ -204,7 +208,7 @@ int run_train(const std::vector<std::string>& args) {
     sampled.emplace(*sampler, sinks);
     sink = &*sampled;
   }
-  const TrainSummary s = trainer.fit(splits, sink, &g_interrupted);
+  const TrainSummary s = trainer.fit(*input.loader, splits, sink, &g_interrupted);
   if (sampler) sampler->stop();
   const std::string device = choice.device.str();
   print_summary(std::cout, s, opts, model->name(), f.data, device, threads);
@@ -214,6 +218,13 @@ int run_train(const std::vector<std::string>& args) {
     j["schema_version"] = 1;
     j["model"] = model->name();
     j["data"] = f.data;
+    const LoaderStats ls = input.loader->stats();
+    j["loader"] = {{"workers", loader_flags.workers},
+                   {"prefetch", loader_flags.prefetch},
+                   {"samples", ls.samples},
+                   {"cache_hit_rate", ls.cache_hit_rate()},
+                   {"worker_busy_s", ls.worker_busy_s},
+                   {"wait_s", ls.wait_s}};
     j["device"] = device;
     j["threads"] = threads;
     j["batch_size"] = opts.batch_size;

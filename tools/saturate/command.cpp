@@ -12,6 +12,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
+#include "saturate/core/units.h"
 #include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/tensorboard_writer.h"
 
@@ -53,6 +54,41 @@ FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, M
 }
 
 FileSinks::~FileSinks() = default;
+
+void add_loader_flags(CLI::App& app, LoaderFlags& flags) {
+  app.add_option("--workers", flags.workers,
+                 "input-pipeline threads making batches ahead of training; 0 = in the training thread")
+      ->capture_default_str();
+  app.add_option("--prefetch", flags.prefetch, "batches made ahead (at least one per worker)")
+      ->capture_default_str();
+  app.add_option("--cache", flags.cache, "keep up to SIZE of read samples in memory, e.g. 1GiB");
+}
+
+TrainingInput open_training_input(const std::string& data_spec, const LoaderFlags& flags,
+                                  int64_t batch_size, uint64_t seed, const c10::Device& device) {
+  TrainingInput in;
+  if (data_spec.rfind("synthetic:", 0) == 0) {
+    in.source = make_synthetic_source(data_spec);
+    in.splits.description = in.source->describe();
+  } else {
+    in.splits = load_dataset(data_spec);
+    in.source = make_sample_source(in.splits.train);
+  }
+  in.sample_shape = in.source->sample_shape();
+  in.num_classes = in.source->num_classes();
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.seed = seed;
+  o.workers = flags.workers;
+  o.prefetch = flags.prefetch;
+  o.cache_bytes = flags.cache.empty() ? 0 : parse_bytes(flags.cache, "--cache");
+  o.pin_memory = device.is_cuda();
+  o.cuda_device = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
+  o.transform.mean = in.splits.normalize_mean;
+  o.transform.std = in.splits.normalize_std;
+  in.loader = std::make_unique<Loader>(*in.source, o);
+  return in;
+}
 
 bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
 

@@ -8,6 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
+
+#include "saturate/data/dataset.h"
+#include "saturate/data/loader.h"
+
 namespace CLI {
 class App;
 }
@@ -52,6 +57,29 @@ struct FileSinks {
   std::unique_ptr<JsonlSink> jsonl;
   std::unique_ptr<TraceSink> trace;
 };
+
+/// The input-pipeline flags of train and profile.
+struct LoaderFlags {
+  int workers = 0;
+  int prefetch = 2;
+  std::string cache;  ///< a size ("1GiB"); empty: no cache
+};
+void add_loader_flags(CLI::App& app, LoaderFlags& flags);
+
+/// What train and profile read: the splits (empty for a synthetic: spec), the training split as
+/// a SampleSource, and the parallel Loader over it.
+struct TrainingInput {
+  DatasetSplits splits;
+  std::unique_ptr<SampleSource> source;
+  std::unique_ptr<Loader> loader;
+  std::vector<int64_t> sample_shape;
+  int64_t num_classes = 0;
+};
+/// Loads `data_spec` (any load_dataset spec, or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]) and
+/// builds the loader: shuffled by `seed`, normalised by the train statistics, pinned buffers
+/// when `device` is CUDA.
+TrainingInput open_training_input(const std::string& data_spec, const LoaderFlags& flags,
+                                  int64_t batch_size, uint64_t seed, const c10::Device& device);
 
 /// True when stderr is a terminal (progress bars redraw in place).
 bool stderr_is_tty();
