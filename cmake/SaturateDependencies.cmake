@@ -40,6 +40,8 @@ message(STATUS "saturate: LibTorch ${Torch_VERSION}, CUDA paths ${SATURATE_HAS_C
 saturate_require(nlohmann_json nlohmann-json3-dev 3.9)
 saturate_require(spdlog libspdlog-dev)
 saturate_require(ZLIB zlib1g-dev)
+saturate_require(JPEG libjpeg62-turbo-dev)
+saturate_require(PNG libpng-dev)
 if(SATURATE_BUILD_CLI)
   saturate_require(CLI11 libcli11-dev)
 endif()

@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -18,6 +22,7 @@
 #include "saturate/core/strings.h"
 #include "saturate/data/cifar_reader.h"
 #include "saturate/data/idx_reader.h"
+#include "saturate/data/image_folder.h"
 #include "saturate/data/npy_reader.h"
 #include "saturate/data/record_file.h"
 
@@ -28,7 +33,7 @@ constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 constexpr char kFashionMnistDirEnv[] = "SATURATE_FASHION_MNIST_DIR";
 constexpr char kMnistDir[] = "/usr/share/datasets/mnist";
 
-enum class Format { kIdx, kCifar10, kCifar100, kNpy, kRecords };
+enum class Format { kIdx, kCifar10, kCifar100, kNpy, kRecords, kFolder };
 
 // The "PREFIX:DIR" specs. A data set named by its format (CIFAR) is labelled by that name;
 // the others by their folder's name.
@@ -44,6 +49,7 @@ constexpr FolderSpec kFolderSpecs[] = {
     {"cifar100:", Format::kCifar100, "/data/cifar-100-binary", "cifar100"},
     {"npy:", Format::kNpy, "/data/arrays", nullptr},
     {"records:", Format::kRecords, "/data/records", nullptr},
+    {"folder:", Format::kFolder, "/data/pets", nullptr},
 };
 
 constexpr char kNpyFiles[4][12] = {"train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy"};
@@ -61,6 +67,7 @@ struct ResolvedSpec {
   std::string label;  // dataset name used in TensorDataset::name and messages
   std::string dir;
   std::string missing_hint;  // appended when the folder does not exist
+  std::string image_size;    // "folder:DIR@HxWxC": the HxWxC; empty for the default
 };
 
 // POSIX stat rather than std::filesystem: LibTorch wheels export their own copies of the
@@ -94,6 +101,8 @@ std::string spec_for_folder(const std::string& dir) {
   if (is_file(join_path(dir, kNpyFiles[0]))) return "a folder of .npy arrays use npy:" + dir;
   if (is_file(join_path(dir, kRecordFiles[0])))
     return "a folder of record files use records:" + dir;
+  if (is_folder(join_path(dir, "train")) && is_folder(join_path(dir, "test")))
+    return "a folder of train/ and test/ image folders use folder:" + dir;
   return "an MNIST-layout folder use idx:" + dir;
 }
 
@@ -103,17 +112,25 @@ ResolvedSpec resolve_spec(const std::string& spec) {
     const bool has_env = env != nullptr && env[0] != '\0';
     return {Format::kIdx, spec, has_env ? env : kFashionMnistDir,
             has_env ? detail::concat(" (from $", kFashionMnistDirEnv, ")")
-                    : detail::concat("; set $", kFashionMnistDirEnv, " or use idx:DIR")};
+                    : detail::concat("; set $", kFashionMnistDirEnv, " or use idx:DIR"),
+            ""};
   }
-  if (spec == "mnist") return {Format::kIdx, spec, kMnistDir, "; use idx:DIR for a copy elsewhere"};
+  if (spec == "mnist")
+    return {Format::kIdx, spec, kMnistDir, "; use idx:DIR for a copy elsewhere", ""};
   for (const FolderSpec& f : kFolderSpecs) {
     if (spec.rfind(f.prefix, 0) != 0) continue;
     std::string dir = spec.substr(std::strlen(f.prefix));
+    std::string image_size;
+    const size_t at = dir.rfind('@');
+    if (f.format == Format::kFolder && at != std::string::npos) {
+      image_size = dir.substr(at + 1);
+      dir.resize(at);
+    }
     SATURATE_CHECK(!dir.empty(), "data: '", spec, "' needs a folder after the colon, e.g. ",
                    f.prefix, f.example_dir);
     std::string label = f.fixed_label ? f.fixed_label : folder_name(dir);
     if (label.empty()) label = std::string(f.prefix, std::strlen(f.prefix) - 1);
-    return {f.format, label, dir, ""};
+    return {f.format, label, dir, "", image_size};
   }
   SATURATE_CHECK(!is_folder(spec), "data: unknown dataset '", spec, "'; to load ",
                  spec_for_folder(spec));
@@ -383,6 +400,60 @@ DatasetSplits load_records(const std::string& spec, const ResolvedSpec& resolved
   return splits;
 }
 
+// Every sample of `source` decoded into memory, by one thread per core (read() is thread-safe).
+// The error reported is the one of the lowest sample that failed, so it does not depend on
+// thread timing when only one file is bad.
+TensorDataset decode_split(const std::string& name, const SampleSource& source) {
+  const std::vector<int64_t> shape = source.sample_shape();
+  const int64_t count = source.size(), sample_bytes = source.sample_bytes();
+  TensorDataset split;
+  split.name = name;
+  split.inputs = torch::empty({count, shape[0], shape[1], shape[2]}, torch::kUInt8);
+  split.targets = torch::empty({count}, torch::kInt64);
+  uint8_t* pixels = split.inputs.data_ptr<uint8_t>();
+  int64_t* targets = split.targets.data_ptr<int64_t>();
+  std::atomic<int64_t> next{0};
+  std::mutex failure_mutex;
+  int64_t failed_index = count;
+  std::exception_ptr failure;
+  auto work = [&] {
+    for (int64_t i = next++; i < count; i = next++) {
+      try {
+        targets[i] = source.read(i, pixels + i * sample_bytes);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (i < failed_index) {
+          failed_index = i;
+          failure = std::current_exception();
+        }
+        next = count;
+      }
+    }
+  };
+  const auto threads = static_cast<int64_t>(
+      std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), count));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return split;
+}
+
+DatasetSplits load_folder(const std::string& spec, const ResolvedSpec& resolved) {
+  ImageFolderOptions options;
+  if (!resolved.image_size.empty()) parse_image_size(resolved.image_size, "data: " + spec, options);
+  const ImageFolderSplits sources = open_image_folder_splits(resolved.dir, options);
+  DatasetSplits splits;
+  splits.train = decode_split(resolved.label + "/train", *sources.train);
+  splits.test = decode_split(resolved.label + "/test", *sources.test);
+  SATURATE_CHECK(sources.train->num_classes() >= 2, "data: ", spec, ": ",
+                 join_path(resolved.dir, "train"), " has 1 class folder (",
+                 sources.train->classes()[0], "); classification needs at least 2 classes");
+  finish_splits(splits, resolved, sources.train->num_classes());
+  return splits;
+}
+
 }  // namespace
 
 int64_t TensorDataset::size() const { return inputs.defined() ? inputs.size(0) : 0; }
@@ -413,6 +484,8 @@ DatasetSplits load_dataset(const std::string& spec) {
       return load_npy(spec, resolved);
     case Format::kRecords:
       return load_records(spec, resolved);
+    case Format::kFolder:
+      return load_folder(spec, resolved);
   }
   SATURATE_ASSERT(false, "unhandled dataset format");
   return {};

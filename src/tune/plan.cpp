@@ -19,7 +19,7 @@ const std::vector<std::string> kPrecisionNames = {"fp32", "tf32", "bf16", "fp16"
 const std::vector<std::string> kConfigKeys = {
     "batch_size", "precision",    "accumulate", "checkpoint_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
-    "threads",    "workers",      "seed"};
+    "threads",    "workers",      "prefetch",   "seed"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -175,7 +175,8 @@ json config_to_json(const TrialConfig& c) {
           {"optimizer", to_string(t.optimizer)},
           {"schedule", to_string(t.schedule)},
           {"threads", c.threads},
-          {"workers", 0},  // data-loader workers: not tuned yet
+          {"workers", c.workers},
+          {"prefetch", c.prefetch},
           {"seed", t.seed}};
 }
 
@@ -200,6 +201,10 @@ TrialConfig config_from_json(const FieldReader& r) {
   r.check(threads <= std::numeric_limits<int>::max(), r.field("threads"), " is too large, got ",
           threads);
   c.threads = static_cast<int>(threads);
+  c.workers = static_cast<int>(r.integer("workers", c.workers, 0, "an integer in [0, 256]"));
+  r.check(c.workers <= 256, r.field("workers"), " must be at most 256, got ", c.workers);
+  c.prefetch = static_cast<int>(r.integer("prefetch", c.prefetch, 1, "an integer in [1, 64]"));
+  r.check(c.prefetch <= 64, r.field("prefetch"), " must be at most 64, got ", c.prefetch);
   t.seed = r.unsigned_integer("seed", t.seed);
   return c;
 }

@@ -68,13 +68,28 @@ int64_t SimulatedProfile::worst_peak_bytes(const TrialConfig& c) const {
 
 double SimulatedProfile::true_samples_per_s(const TrialConfig& c) const {
   if (worst_peak_bytes(c) > limit_bytes) return 0.0;
+  double sps = sps_without_data(*this, c);
+  // The input pipeline: on the training thread its time adds to the step; with workers it
+  // overlaps and only the part the workers cannot keep up with shows.
+  const double data_s = data_us_per_sample * 1e-6;
+  if (data_s > 0) {
+    const double compute_s = 1.0 / sps;
+    const int w = std::min(c.workers, cores);
+    sps = 1.0 / (w == 0 ? compute_s + data_s : std::max(compute_s, data_s / w) * 1.02);
+  }
+  return sps;
+}
+
+double sps_without_data(const SimulatedProfile& p, const TrialConfig& c) {
   const double m = static_cast<double>(c.micro_batch());
-  double sps = peak_samples_per_s * m / (m + half_batch);
-  if (cliff_batch > 0 && m > static_cast<double>(cliff_batch))
-    sps *= std::max(0.2, 1.0 - cliff_loss_per_doubling * std::log2(m / static_cast<double>(cliff_batch)));
-  if (is_reduced(c.train.precision)) sps *= bf16_speedup;
-  if (c.train.accumulate > 1) sps *= 0.98;                // one optimizer step per K micro-batches
-  if (c.train.checkpoint_segments > 0) sps *= 0.75;       // the forward runs twice
+  double sps = p.peak_samples_per_s * m / (m + p.half_batch);
+  if (p.cliff_batch > 0 && m > static_cast<double>(p.cliff_batch)) {
+    sps *= std::max(0.2, 1.0 - p.cliff_loss_per_doubling *
+                                   std::log2(m / static_cast<double>(p.cliff_batch)));
+  }
+  if (is_reduced(c.train.precision)) sps *= p.bf16_speedup;
+  if (c.train.accumulate > 1) sps *= 0.98;           // one optimizer step per K micro-batches
+  if (c.train.checkpoint_segments > 0) sps *= 0.75;  // the forward runs twice
   return sps;
 }
 
@@ -110,9 +125,18 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
   if (seconds > 0) {
     m.samples_per_s = samples / seconds;
     m.step_ms = 1000.0 * seconds / static_cast<double>(timed.size());
-    m.forward_ms = m.step_ms / 3.0;
-    m.backward_ms = m.step_ms / 2.0;
-    m.optimizer_ms = m.step_ms - m.forward_ms - m.backward_ms;
+    // Data wait: the part of the input pipeline's time that compute does not hide.
+    const double batch = static_cast<double>(c.train.batch_size);
+    const double data_ms = profile_.data_us_per_sample * 1e-3 * batch;
+    const double compute_ms =
+        1000.0 * batch * (1.0 / sps_without_data(profile_, c));
+    const int w = std::min(c.workers, profile_.cores);
+    const double wait = w == 0 ? data_ms : std::max(0.0, data_ms / w - compute_ms);
+    m.data_wait_ms = std::min(m.step_ms, wait);
+    const double rest = m.step_ms - m.data_wait_ms;
+    m.forward_ms = rest / 3.0;
+    m.backward_ms = rest / 2.0;
+    m.optimizer_ms = rest - m.forward_ms - m.backward_ms;
     const auto [lo, hi] = std::minmax_element(timed.begin(), timed.end());
     m.spread = (*hi - *lo) / median_of(timed);
   }

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/data/loader.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
@@ -35,6 +36,20 @@ int64_t available_host_bytes() {
   const long pages = sysconf(_SC_AVPHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes : 0;
+}
+
+LoaderOptions loader_options(const TrialConfig& c, const DatasetSplits& data,
+                             const c10::Device& device) {
+  LoaderOptions o;
+  o.batch_size = c.train.batch_size;
+  o.seed = c.train.seed;
+  o.workers = c.workers;
+  o.prefetch = c.prefetch;
+  o.pin_memory = device.is_cuda();
+  o.cuda_device = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
+  o.transform.mean = data.normalize_mean;
+  o.transform.std = data.normalize_std;
+  return o;
 }
 
 double median_of(std::vector<double> v) {
@@ -88,6 +103,7 @@ TorchTrialRunner::TorchTrialRunner(std::string model_spec, const DatasetSplits& 
   if (limit_bytes_ <= 0) limit_bytes_ = available_host_bytes();
   SATURATE_CHECK(limit_bytes_ > 0, "tune: cannot tell how much memory there is; give --memory-limit");
   max_batch_ = std::max<int64_t>(1, std::min(max_batch, data.train.size()));
+  source_ = make_sample_source(data.train);
 }
 
 TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
@@ -110,7 +126,8 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
           seed_everything(o.seed);
           model = make_model(model_spec_, {data_.train.sample_shape(), data_.train.num_classes});
           trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
-          trainer->fit(data_, &sink);
+          Loader loader(*source_, loader_options(c, data_, device_));  // its buffers count too
+          trainer->fit(loader, data_, &sink);
         },
         memory_);
   } catch (const Error&) {
@@ -144,7 +161,8 @@ QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t sa
   auto model = make_model(model_spec_, {data_.train.sample_shape(), data_.train.num_classes});
   Trainer trainer(*model, o, device_, &memory_);
   MemorySink sink;
-  const TrainSummary s = trainer.fit(data_, &sink);
+  Loader loader(*source_, loader_options(c, data_, device_));
+  const TrainSummary s = trainer.fit(loader, data_, &sink);
   QualityRun q;
   q.samples = s.samples;
   q.validation_metric = std::isnan(s.test_accuracy) ? 0.0 : s.test_accuracy;

@@ -11,6 +11,7 @@ std::string TrialConfig::describe() const {
   if (train.accumulate > 1) s << ", accumulate " << train.accumulate;
   if (train.checkpoint_segments > 0) s << ", checkpoint " << train.checkpoint_segments;
   if (threads > 0) s << ", " << threads << " threads";
+  if (workers > 0) s << ", " << workers << " workers, prefetch " << prefetch;
   return s.str();
 }
 

@@ -70,6 +70,7 @@ class Tuner {
     if (!over_budget("precision")) precision();
     batch_size();
     if (!over_budget("memory_savers")) memory_savers();
+    if (o_.max_workers > 0 && !over_budget("input_pipeline")) input_pipeline();
     if (!o_.threads.empty() && !over_budget("threads")) threads();
     quality_guard();
     const TrialOutcome& tuned = measured(current_, "tuned");
@@ -325,6 +326,47 @@ class Tuner {
                  "accumulation " + std::to_string(current_.train.accumulate) + "× " +
                      format_fixed(before, 1) + " samples/s; " + tried.str() +
                      (changed ? ": checkpointing wins" : ": kept accumulation"));
+    current_ = best;
+    current_out_ = best_out;
+  }
+
+  // Hill-climbs the input pipeline's workers (1, 2, 4, … up to max_workers, each with as many
+  // batches of prefetch) while data wait is a visible share of the step and each step up is
+  // faster beyond noise (tf.data's autotune idea on measured steps).
+  void input_pipeline() {
+    const double before = sps(current_out_);
+    auto wait_share = [](const TrialOutcome& t) {
+      const Measurement& m = t.measurement;
+      return m.step_ms > 0 ? m.data_wait_ms / m.step_ms : 0.0;
+    };
+    const double share = wait_share(current_out_);
+    if (share <= o_.data_wait_target) {
+      finish_stage("input_pipeline", before, before, false,
+                   "data wait is " + pct(share) + " of the step (target " +
+                       pct(o_.data_wait_target) + "): the input pipeline keeps up");
+      return;
+    }
+    TrialConfig best = current_;
+    TrialOutcome best_out = current_out_;
+    std::ostringstream tried;
+    for (int w = std::max(1, current_.workers * 2); w <= o_.max_workers; w *= 2) {
+      TrialConfig c = best;
+      c.workers = w;
+      c.prefetch = std::max(2, w);
+      const TrialOutcome& out = measured(c, "input_pipeline");
+      tried << (tried.tellp() > 0 ? ", " : "") << w << " workers " << format_fixed(sps(out), 1)
+            << " samples/s (data wait " << pct(wait_share(out)) << ")";
+      if (!better(out, best_out)) break;
+      best = c;
+      best_out = out;
+      if (wait_share(out) <= o_.data_wait_target) break;
+    }
+    const bool changed = best.workers != current_.workers;
+    finish_stage("input_pipeline", before, sps(best_out), changed,
+                 "data wait " + pct(share) + " of the step with " +
+                     std::to_string(current_.workers) + " workers; " + tried.str() +
+                     (changed ? ": " + std::to_string(best.workers) + " workers"
+                              : ": kept " + std::to_string(current_.workers) + " workers"));
     current_ = best;
     current_out_ = best_out;
   }

@@ -627,6 +627,41 @@ def case_tune_help(tmp):
         fail(f"tune --help exit {code}")
     check_golden("tune_help.txt", out, masked=False)
 
+def case_pack_idx_then_train(tmp):
+    data = make_idx_dir(tmp)
+    out_dir = os.path.join(tmp, "packed")
+    code, out, err = run("pack", "idx:" + data, out_dir)
+    if code != 0:
+        fail(f"pack exit {code}\n{out}\n{err}")
+    for name, n in (("train.rec", 256), ("test.rec", 64)):
+        path = os.path.join(out_dir, name)
+        if not os.path.isfile(path):
+            fail(f"pack did not write {path}:\n{out}")
+        if f"{path}  {n} samples, 1x28x28, 4 classes" not in out:
+            fail(f"pack output lacks the {name} line:\n{out}")
+    path = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--data", "records:" + out_dir, "--model", "mlp", "--steps", "3",
+                         "--batch-size", "32", "--threads", "1", "--summary-json", path)
+    if code != 0:
+        fail(f"train on the packed records exit {code}\n{out}\n{err}")
+    with open(path) as f:
+        s = json.load(f)
+    if s["steps"] != 3:
+        fail(f"train on the packed records: {s}")
+
+
+def case_pack_unwritable_out(tmp):
+    expect_usage_error(["pack", "idx:" + make_idx_dir(tmp), "/proc/no-such-dir/packed"],
+                       "/proc/no-such-dir/packed")
+
+
+def case_pack_bad_spec(tmp):
+    expect_usage_error(["pack", "idx:" + os.path.join(tmp, "missing"), os.path.join(tmp, "o")],
+                       "not found")
+    expect_usage_error(["pack", "idx:" + make_idx_dir(tmp), os.path.join(tmp, "o"),
+                        "--size", "8x8x1"], "--size")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()

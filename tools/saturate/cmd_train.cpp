@@ -79,7 +79,8 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
 
 /// Takes what `plan` decided for every setting the command line did not give: flags given
 /// explicitly override the plan, and the plan overrides the flags' defaults.
-void apply_plan(const Plan& plan, const CLI::App& app, TrainFlags& f, TrainOptions& opts) {
+void apply_plan(const Plan& plan, const CLI::App& app, TrainFlags& f, TrainOptions& opts,
+                LoaderFlags& loader) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   const TrainOptions& p = plan.config.train;
   if (!plan.model.empty() && !given("--model")) f.model = plan.model;
@@ -94,6 +95,8 @@ void apply_plan(const Plan& plan, const CLI::App& app, TrainFlags& f, TrainOptio
   if (!given("--schedule")) f.schedule = to_string(p.schedule);
   if (!given("--threads")) f.threads = plan.config.threads;
   if (!given("--seed")) opts.seed = p.seed;
+  if (!given("--workers")) loader.workers = plan.config.workers;
+  if (!given("--prefetch")) loader.prefetch = plan.config.prefetch;
 }
 
 nlohmann::json nan_to_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
@@ -152,7 +155,7 @@ int run_train(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   if (!f.config.empty()) {
     const Plan plan = read_plan(f.config);
-    apply_plan(plan, app, f, opts);
+    apply_plan(plan, app, f, opts, loader_flags);
     SATURATE_LOG_INFO("train: plan ", f.config, ": ", plan.config.describe(),
                       " (flags given on the command line override it)");
   }

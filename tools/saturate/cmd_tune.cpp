@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate tune: the staged search for the fastest configuration that keeps quality, written
 // as a plan that `saturate train --config` runs.
+#include <algorithm>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -124,6 +125,7 @@ int run_tune(const std::vector<std::string>& args) {
   base.train.validate();
   o.precisions = precision_candidates(choice.device, probe, base.train.precision);
   if (choice.device.is_cpu() && threads > 1) o.threads = {threads, threads / 2};
+  o.max_workers = std::max(1, probe.cpu.cores_usable);
   base.threads = threads;
   const DatasetSplits data = load_dataset(data_spec);
   o.quality_samples = quality_samples >= 0 ? quality_samples : data.train.size();

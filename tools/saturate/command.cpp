@@ -25,6 +25,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"doctor", "check the environment: LibTorch, CUDA, BLAS, threads, data", run_doctor},
       {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},
+      {"pack", "convert a dataset to record files for fast, memory-mapped loading", run_pack},
       {"profile", "run training steps and show where each step's time goes", run_profile},
       {"train", "train a model and report samples/s and accuracy", run_train},
       {"tune", "find the fastest configuration that fits and keeps quality; write a plan", run_tune},

@@ -86,6 +86,7 @@ bool stderr_is_tty();
 
 int run_doctor(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
+int run_pack(const std::vector<std::string>& args);
 int run_profile(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 int run_tune(const std::vector<std::string>& args);

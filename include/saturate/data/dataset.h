@@ -2,8 +2,8 @@
 #pragma once
 // In-memory image-classification datasets: a whole split held as one uint8 tensor, loaded by a
 // short spec from MNIST-layout IDX folders ("fashion-mnist", "mnist", "idx:DIR"), CIFAR binary
-// folders ("cifar10:DIR", "cifar100:DIR"), .npy arrays ("npy:DIR") or record files
-// ("records:DIR").
+// folders ("cifar10:DIR", "cifar100:DIR"), .npy arrays ("npy:DIR"), record files
+// ("records:DIR") or folders of JPEG/PNG images ("folder:DIR[@HxWxC]").
 //
 //   saturate::DatasetSplits d = saturate::load_dataset("fashion-mnist");
 //   // d.train.inputs: uint8 [60000, 1, 28, 28], d.train.targets: int64 [60000]
@@ -48,18 +48,23 @@ struct DatasetSplits {
 ///   "npy:DIR"        train_x.npy, train_y.npy, test_x.npy, test_y.npy: uint8 images shaped
 ///                    [N, H, W] or [N, C, H, W] and integer labels shaped [N] (npy_reader.h)
 ///   "records:DIR"    train.rec and test.rec, saturate record files (record_file.h)
+///   "folder:DIR"     DIR/train/<class>/*.{jpg,jpeg,png} and DIR/test/<class>/...: every image
+///                    decoded and resized to 32x32 RGB, or to H x W with C (1 or 3) channels
+///                    for "folder:DIR@HxWxC"; labels follow the sorted train class folders
+///                    (image_folder.h)
 /// Throws saturate::Error ("data: ...") for an unknown spec (with a did-you-mean, or the spec
 /// that fits when it names a folder), a missing folder or split files (listed by name), image
 /// and label counts that differ (both files and counts named), train/test image sizes that
 /// differ, an empty split, or labels spanning fewer than 2 classes. IDX images must be 3-dim
 /// uint8 and labels 1-dim uint8. Reader errors name the file and the record or sample: IDX ones
 /// come prefixed "data: <spec>: ", CIFAR, .npy and record-file ones start "cifar: ", "npy: " or
-/// "records: ". num_classes is 10 or 100 for CIFAR, the header's for record files, and the
+/// "records: ", image ones "image: <file> (sample N): ". num_classes is 10 or 100 for CIFAR,
+/// the header's for record files, the train class folders' count for image folders, and the
 /// largest label in either split plus one otherwise.
 DatasetSplits load_dataset(const std::string& spec);
 
 /// The accepted spec forms, for help text and did-you-mean: "fashion-mnist", "mnist", "idx:DIR",
-/// "cifar10:DIR", "cifar100:DIR", "npy:DIR", "records:DIR".
+/// "cifar10:DIR", "cifar100:DIR", "npy:DIR", "records:DIR", "folder:DIR".
 std::vector<std::string> dataset_spec_examples();
 
 }  // namespace saturate

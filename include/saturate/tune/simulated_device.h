@@ -32,6 +32,8 @@ struct SimulatedProfile {
   double bf16_speedup = 1.0;  ///< throughput factor under bf16/fp16
   double bf16_memory = 0.6;   ///< activation-memory factor under bf16/fp16
   int64_t dataset_size = 1 << 20;
+  double data_us_per_sample = 0;  ///< one core's time to produce a sample (decode, augment)
+  int cores = 8;                   ///< input-pipeline workers beyond this add nothing
   double best_lr_per_sample = 3e-3 / 64;  ///< lr / batch at which the synthetic quality peaks
   double reduced_precision_penalty = 0.0;  ///< accuracy lost under bf16/fp16 (a fragile model)
 
@@ -46,6 +48,9 @@ struct SimulatedProfile {
   /// Noise-free samples/s of a configuration (0 when it does not fit).
   double true_samples_per_s(const TrialConfig& c) const;
 };
+
+/// Samples/s of the model's steps alone, as if data were free.
+double sps_without_data(const SimulatedProfile& p, const TrialConfig& c);
 
 class SimulatedDevice : public TrialRunner {
  public:

@@ -2,8 +2,8 @@
 #pragma once
 // TorchTrialRunner: trials as real LibTorch training steps, in this process. Every trial builds
 // the model afresh from the configuration's seed (so each starts from the same weights and no
-// trial can leak optimizer state into the next), trains through the normal input path (batch
-// assembly included in the time), catches out-of-memory by type, then frees everything and
+// trial can leak optimizer state into the next), trains through the Loader with the trial's
+// workers and prefetch (the input pipeline is part of what is measured), catches out-of-memory by type, then frees everything and
 // hands cached memory back.
 //
 //   auto memory = make_device_memory(device, limit);
@@ -16,6 +16,7 @@
 #include <c10/core/Device.h>
 
 #include "saturate/data/dataset.h"
+#include "saturate/data/sample_source.h"
 #include "saturate/tune/trial.h"
 
 namespace saturate {
@@ -41,6 +42,7 @@ class TorchTrialRunner : public TrialRunner {
   DeviceMemory& memory_;
   int64_t limit_bytes_ = 0;
   int64_t max_batch_ = 0;
+  std::unique_ptr<SampleSource> source_;  // the training split, read by each trial's Loader
 };
 
 }  // namespace saturate

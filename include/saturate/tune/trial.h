@@ -21,6 +21,8 @@ namespace saturate {
 struct TrialConfig {
   TrainOptions train;
   int threads = 0;  ///< intra-op threads; 0 leaves the runner's setting
+  int workers = 0;   ///< input-pipeline worker threads (0: batches made on the training thread)
+  int prefetch = 2;  ///< batches the input pipeline makes ahead
 
   /// Micro-batch size: the samples one forward/backward holds in memory at once.
   int64_t micro_batch() const {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The staged tuner: baseline → precision → batch size (+ effective-batch policy) → memory savers
-// → threads → quality guard → plan. Every decision comes from measured trials through a
+// → input pipeline → threads → quality guard → plan. Every decision comes from measured trials through a
 // TrialRunner, so the same code tunes a real model and a SimulatedDevice.
 //
 //   TuneOptions o;  o.precisions = {Precision::kBf16};
@@ -31,6 +31,8 @@ struct TuneOptions {
   BatchSearchOptions search;
   std::vector<Precision> precisions;  ///< to try besides the base's, in order; the device's set
   std::vector<int> threads;           ///< intra-op thread counts to try; empty skips the stage
+  int max_workers = 0;                ///< input-pipeline workers to climb to; 0 skips the stage
+  double data_wait_target = 0.02;     ///< the input stage stops once data wait is below this share
   int64_t measure_steps = 6;          ///< steps per stage measurement, the first untimed
   double min_gain = 0.03;             ///< a change must be this much faster, and beyond noise
   EffectiveBatch effective_batch = EffectiveBatch::kAuto;

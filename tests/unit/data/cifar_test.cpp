@@ -230,7 +230,7 @@ TEST(DatasetSpec, SuggestsSpecsForTyposAndBareFolders) {
                 "'; to load a CIFAR-10 folder use cifar10:" + dir.path());
   EXPECT_EQ(dataset_spec_examples(),
             (std::vector<std::string>{"fashion-mnist", "mnist", "idx:DIR", "cifar10:DIR",
-                                      "cifar100:DIR", "npy:DIR", "records:DIR"}));
+                                      "cifar100:DIR", "npy:DIR", "records:DIR", "folder:DIR"}));
 }
 
 }  // namespace

@@ -170,8 +170,14 @@ TEST(Plan, MinimalHandWrittenPlanKeepsDefaults) {
   EXPECT_EQ(p.quality.metric, "test_accuracy");
 }
 
-TEST(Plan, AcceptsAndIgnoresWorkers) {
-  EXPECT_EQ(plan_from_json(plan_with_config("workers", 4), "p.json").config.train.batch_size, 128);
+TEST(Plan, ReadsInputPipelineWorkersAndPrefetch) {
+  const Plan p = plan_from_json(plan_with_config("workers", 4), "p.json");
+  EXPECT_EQ(p.config.workers, 4);
+  EXPECT_EQ(p.config.prefetch, 2);
+  EXPECT_EQ(p.config.train.batch_size, 128);
+  EXPECT_EQ(plan_from_json(plan_with_config("prefetch", 6), "p.json").config.prefetch, 6);
+  EXPECT_NE(config_error("workers", -1).find("config.workers"), std::string::npos);
+  EXPECT_NE(config_error("prefetch", 0).find("config.prefetch"), std::string::npos);
 }
 
 TEST(Plan, BadBatchSizeNamesTheFileTheFieldAndTheValue) {

@@ -26,6 +26,24 @@ SimulatedProfile gpu_like() {
   return p;
 }
 
+}  // namespace
+
+// Compute 20000 samples/s at large batches; decoding a sample takes one core 500 µs (2000/s).
+SimulatedProfile gpu_like_profile_for_input() {
+  SimulatedProfile p;
+  p.limit_bytes = 16LL << 30;
+  p.fixed_bytes = 2LL << 30;
+  p.per_sample_bytes = 64LL << 20;
+  p.peak_samples_per_s = 20000;
+  p.half_batch = 4;
+  p.step_noise = 0.01;
+  p.data_us_per_sample = 500;
+  p.cores = 16;
+  return p;
+}
+
+namespace {
+
 TrialConfig user(int64_t batch, OptimizerKind opt = OptimizerKind::kAdamW) {
   TrialConfig c;
   c.train.batch_size = batch;
@@ -182,6 +200,39 @@ TEST(EffectiveBatch, ParsesAndRejects) {
   EXPECT_EQ(parse_effective_batch("rescale"), EffectiveBatch::kRescale);
   EXPECT_EQ(parse_effective_batch("auto"), EffectiveBatch::kAuto);
   EXPECT_THROW(parse_effective_batch("kept"), Error);
+}
+
+}  // namespace saturate
+
+namespace saturate {
+
+TEST(Tuner, Issue6_SlowInputGetsWorkersUntilDataWaitIsHidden) {
+  SimulatedProfile p = gpu_like_profile_for_input();
+  SimulatedDevice dev(p, 10);
+  TuneOptions o;
+  o.max_workers = 16;
+  o.quality_samples = 0;
+  const Plan plan = tune(dev, TrialConfig{}, o);
+  EXPECT_GE(plan.config.workers, 2);
+  bool found = false;
+  for (const PlanStage& s : plan.stages) {
+    if (s.name != "input_pipeline") continue;
+    found = true;
+    EXPECT_TRUE(s.changed) << s.why;
+    EXPECT_GT(s.after_samples_per_s, 1.5 * s.before_samples_per_s) << s.why;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Tuner, FastInputLeavesThePipelineAlone) {
+  SimulatedProfile p = gpu_like_profile_for_input();
+  p.data_us_per_sample = 0;
+  SimulatedDevice dev(p, 11);
+  TuneOptions o;
+  o.max_workers = 16;
+  o.quality_samples = 0;
+  const Plan plan = tune(dev, TrialConfig{}, o);
+  EXPECT_EQ(plan.config.workers, 0);
 }
 
 }  // namespace saturate
