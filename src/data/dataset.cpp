@@ -403,9 +403,14 @@ DatasetSplits load_records(const std::string& spec, const ResolvedSpec& resolved
 // Every sample of `source` decoded into memory, by one thread per core (read() is thread-safe).
 // The error reported is the one of the lowest sample that failed, so it does not depend on
 // thread timing when only one file is bad.
-TensorDataset decode_split(const std::string& name, const SampleSource& source) {
+// Samples `indices` of `source` decoded into a [n, C, H, W] tensor, by one thread per core
+// (read() is thread-safe). The error reported is the one of the lowest sample that failed, so it
+// does not depend on thread timing when only one file is bad.
+TensorDataset decode_samples(const std::string& name, const SampleSource& source,
+                             const std::vector<int64_t>& indices) {
   const std::vector<int64_t> shape = source.sample_shape();
-  const int64_t count = source.size(), sample_bytes = source.sample_bytes();
+  const auto count = static_cast<int64_t>(indices.size());
+  const int64_t sample_bytes = source.sample_bytes();
   TensorDataset split;
   split.name = name;
   split.inputs = torch::empty({count, shape[0], shape[1], shape[2]}, torch::kUInt8);
@@ -419,7 +424,7 @@ TensorDataset decode_split(const std::string& name, const SampleSource& source) 
   auto work = [&] {
     for (int64_t i = next++; i < count; i = next++) {
       try {
-        targets[i] = source.read(i, pixels + i * sample_bytes);
+        targets[i] = source.read(indices[static_cast<size_t>(i)], pixels + i * sample_bytes);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(failure_mutex);
         if (i < failed_index) {
@@ -438,6 +443,29 @@ TensorDataset decode_split(const std::string& name, const SampleSource& source) 
   for (std::thread& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
   return split;
+}
+
+std::vector<int64_t> iota_indices(int64_t count) {
+  std::vector<int64_t> indices(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = i;
+  return indices;
+}
+
+TensorDataset decode_split(const std::string& name, const SampleSource& source) {
+  return decode_samples(name, source, iota_indices(source.size()));
+}
+
+// Normalisation statistics of a streamed training split, from at most this many samples spread
+// evenly over it: 4096 images put the mean and standard deviation within ~0.5% of the full
+// split's on CIFAR-like data while decoding a small fraction of a large folder.
+constexpr int64_t kStatsSamples = 4096;
+
+std::pair<double, double> sampled_pixel_stats(const SampleSource& source) {
+  const int64_t n = std::min(source.size(), kStatsSamples);
+  std::vector<int64_t> indices(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) indices[static_cast<size_t>(i)] = i * source.size() / n;
+  const TensorDataset sample = decode_samples("stats", source, indices);
+  return pixel_stats(sample.inputs.data_ptr<uint8_t>(), static_cast<size_t>(sample.inputs.numel()));
 }
 
 DatasetSplits load_folder(const std::string& spec, const ResolvedSpec& resolved) {
@@ -489,6 +517,63 @@ DatasetSplits load_dataset(const std::string& spec) {
   }
   SATURATE_ASSERT(false, "unhandled dataset format");
   return {};
+}
+
+
+OpenedDataset open_dataset(const std::string& spec) {
+  const ResolvedSpec resolved = resolve_spec(spec);
+  OpenedDataset opened;
+  if (resolved.format != Format::kFolder && resolved.format != Format::kRecords) {
+    opened.splits = load_dataset(spec);
+    opened.train = make_sample_source(opened.splits.train);
+    return opened;
+  }
+  SATURATE_CHECK(is_folder(resolved.dir), "data: ", spec, ": folder ", resolved.dir, " not found",
+                 resolved.missing_hint);
+  DatasetSplits& splits = opened.splits;
+  int64_t num_classes = 0;
+  std::string train_path;
+  if (resolved.format == Format::kFolder) {
+    ImageFolderOptions options;
+    if (!resolved.image_size.empty())
+      parse_image_size(resolved.image_size, "data: " + spec, options);
+    ImageFolderSplits sources = open_image_folder_splits(resolved.dir, options);
+    train_path = join_path(resolved.dir, "train");
+    SATURATE_CHECK(sources.train->num_classes() >= 2, "data: ", spec, ": ", train_path,
+                   " has 1 class folder (", sources.train->classes()[0],
+                   "); classification needs at least 2 classes");
+    splits.test = decode_split(resolved.label + "/test", *sources.test);
+    num_classes = sources.train->num_classes();
+    opened.train = std::move(sources.train);
+  } else {
+    const std::vector<std::string> paths =
+        require_files(spec, resolved.dir, {kRecordFiles[0], kRecordFiles[1]});
+    auto train = std::make_unique<RecordFileSource>(paths[0]);
+    const RecordFileSource test(paths[1]);
+    splits.test = read_records(resolved.label + "/test", test);
+    SATURATE_CHECK(train->num_classes() == test.num_classes(), "data: class counts differ: ",
+                   paths[0], " has ", train->num_classes(), " classes, ", paths[1], " has ",
+                   test.num_classes());
+    SATURATE_CHECK(train->num_classes() >= 2, "data: ", spec, ": ", paths[0],
+                   " has 1 class; classification needs at least 2 classes");
+    SATURATE_CHECK(train->size() > 0, "data: ", spec, ": ", paths[0], " has no samples");
+    SATURATE_CHECK(train->sample_shape() == splits.test.sample_shape(), "data: ", spec,
+                   ": image sizes differ: ", paths[0], " has ",
+                   format_shape(train->sample_shape()), ", ", paths[1], " has ",
+                   format_shape(splits.test.sample_shape()));
+    train_path = paths[0];
+    num_classes = train->num_classes();
+    opened.train = std::move(train);
+  }
+  splits.train.name = resolved.label + "/train";
+  splits.train.num_classes = splits.test.num_classes = num_classes;
+  std::tie(splits.normalize_mean, splits.normalize_std) = sampled_pixel_stats(*opened.train);
+  splits.description = detail::concat(
+      resolved.label, " (", resolved.dir, "): ", opened.train->size(), " train (read as trained), ",
+      splits.test.size(), " test, ", format_shape(opened.train->sample_shape()), ", ", num_classes,
+      " classes");
+  opened.streamed = true;
+  return opened;
 }
 
 }  // namespace saturate

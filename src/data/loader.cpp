@@ -133,6 +133,10 @@ LoaderStats Loader::stats() const {
 void Loader::start_epoch(int64_t epoch) {
   SATURATE_CHECK(epoch >= 0, "loader: epoch must not be negative, got ", epoch);
   std::unique_lock<std::mutex> lock(mutex_);
+  // The epoch already started and nothing taken from it (the constructor starts epoch 0, and a
+  // trainer starts it again): its batches made so far are the ones asked for, so keep them.
+  if (started_ && epoch == epoch_ && handed_out_ == 0) return;
+  started_ = true;
   // Fills in progress belong to the old epoch: they stop at their next sample and are dropped.
   ++generation_;
   ready_cv_.wait(lock, [&] { return busy_ == 0 || stop_; });
@@ -224,6 +228,7 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
   pixels.resize(static_cast<size_t>(sample_bytes));
   float* dst = slot.inputs.data_ptr<float>();
   int64_t* labels = slot.targets.data_ptr<int64_t>();
+  int64_t hits = 0;  // counted once the batch is whole: abandoned work is not in the stats
   for (int64_t j = 0; j < size; ++j) {
     if (j % 16 == 0) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -239,7 +244,7 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
         if (state.load(std::memory_order_acquire) == 2) {
           src = cached;
           label = cache_->labels[static_cast<size_t>(index)];
-          cache_hits_.fetch_add(1, std::memory_order_relaxed);
+          ++hits;
         } else {
           label = source_.read(index, pixels.data());
           src = pixels.data();
@@ -254,7 +259,6 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
         label = source_.read(index, pixels.data());
         src = pixels.data();
       }
-      samples_.fetch_add(1, std::memory_order_relaxed);
       // Per-sample randomness from (seed, epoch, index): the same whichever worker runs it.
       const uint64_t r = splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003ULL +
                                                          static_cast<uint64_t>(index)));
@@ -290,6 +294,8 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
     labels[j] = label;
   }
   slot.size = size;
+  samples_.fetch_add(size, std::memory_order_relaxed);
+  cache_hits_.fetch_add(hits, std::memory_order_relaxed);
   busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count(),
                      std::memory_order_relaxed);
 }

@@ -43,7 +43,7 @@ class TensorSource final : public SampleSource {
   }
 
  private:
-  const TensorDataset& d_;
+  const TensorDataset d_;  // shares the tensors: no pixels copied, and none left dangling
   int64_t bytes_ = 0;
   const uint8_t* pixels_ = nullptr;
   at::Tensor labels_;

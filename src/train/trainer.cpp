@@ -221,9 +221,11 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     summary.skipped_steps += r.is_skipped ? 1 : 0;
   }
   summary.loss_scale = state_->scaler->is_enabled() ? state_->scaler->get_scale() : 1.0;
+  // A streamed training split is not in `data`: count epochs in the source's batches.
   summary.epochs = train.size() > 0 ? static_cast<double>(summary.samples) /
                                          static_cast<double>(train.size())
-                                   : 0.0;
+                                   : static_cast<double>(records.size()) /
+                                         static_cast<double>(batches.batches_per_epoch());
   summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
   const size_t tail = std::min<size_t>(50, records.size());
   double tail_loss = 0.0;

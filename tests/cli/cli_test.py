@@ -538,6 +538,24 @@ def case_bad_workers(tmp):
                        "--workers")
 
 
+def case_train_augment(tmp):
+    # 28x28 images padded by 2 and cropped to 24: the model is built for 24x24, and the test
+    # split is centre-cropped to match, so the run trains and evaluates.
+    _, _, s = small_train(tmp, "--crop", "24", "--pad", "2", "--flip")
+    if not s["test_accuracy"] >= 0 or s["steps"] < 1:
+        fail(f"augmented run: {s}")
+    # Random crops and flips change what the model sees, so the loss differs from a plain run.
+    _, _, plain = small_train(tmp, summary="plain.json")
+    if plain["final_loss"] == s["final_loss"]:
+        fail("--crop/--flip did not change the batches")
+
+
+def case_bad_augment(tmp):
+    data = "idx:" + make_idx_dir(tmp)
+    expect_usage_error(["train", "--data", data, "--pad", "2"], "--pad needs --crop")
+    expect_usage_error(["train", "--data", data, "--crop", "40"], "crop 40")
+
+
 def case_bad_synthetic(tmp):
     expect_usage_error(["train", "--data", "synthetic:1,28,x,10,64"], "synthetic:1,28,x,10,64")
 

@@ -103,7 +103,7 @@ int run_profile(const std::vector<std::string>& args) {
                "saturate profile"};
   app.add_option("--model", model_spec, "fmnist-cnn, mlp, mlp-deep, resnet18-cifar or PATH.pt")
       ->capture_default_str();
-  app.add_option("--data", data_spec, "fashion-mnist, mnist, idx:DIR or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]")->capture_default_str();
+  app.add_option("--data", data_spec, kDataSpecHelp)->capture_default_str();
   app.add_option("--steps", opts.steps, "training steps to run")->capture_default_str();
   app.add_option("--batch-size", opts.batch_size, "samples per step")->capture_default_str();
   app.add_option("--precision", precision_text, "fp32, tf32, bf16, fp16 or auto")

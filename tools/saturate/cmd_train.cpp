@@ -114,7 +114,7 @@ int run_train(const std::vector<std::string>& args) {
   app.add_option("--model", f.model,
                  "fmnist-cnn, mlp, mlp-deep, resnet18-cifar, or a TorchScript file (PATH.pt)")
       ->capture_default_str();
-  app.add_option("--data", f.data, "fashion-mnist, mnist, idx:DIR or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]")->capture_default_str();
+  app.add_option("--data", f.data, kDataSpecHelp)->capture_default_str();
   app.add_option("--epochs", opts.epochs, "passes over the training split")->capture_default_str();
   app.add_option("--steps", opts.steps, "optimizer steps; overrides --epochs when > 0")
       ->capture_default_str();

@@ -66,7 +66,10 @@ int run_tune(const std::vector<std::string>& args) {
                "saturate tune"};
   app.add_option("--model", model_spec, "fmnist-cnn, mlp, mlp-deep, resnet18-cifar or PATH.pt")
       ->capture_default_str();
-  app.add_option("--data", data_spec, "fashion-mnist, mnist or idx:DIR")->capture_default_str();
+  app.add_option("--data", data_spec,
+                 "fashion-mnist, mnist, idx:DIR, cifar10:DIR, cifar100:DIR, npy:DIR, records:DIR "
+                 "or folder:DIR[@HxWxC]")
+      ->capture_default_str();
   app.add_option("--device", device_text, "auto, cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--batch-size", base.train.batch_size, "your batch size (the baseline)")
       ->capture_default_str();

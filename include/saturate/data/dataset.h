@@ -11,8 +11,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "saturate/data/sample_source.h"
 
 namespace saturate {
 
@@ -62,6 +65,20 @@ struct DatasetSplits {
 /// the header's for record files, the train class folders' count for image folders, and the
 /// largest label in either split plus one otherwise.
 DatasetSplits load_dataset(const std::string& spec);
+
+/// What training reads. `train` is the training split as a SampleSource; for "folder:" and
+/// "records:" specs it reads lazily (each image decoded, each record copied out of the mapping,
+/// when the loader asks for it) and `splits.train` stays empty, so a data set larger than memory
+/// trains; for the other formats it is `splits.train` in memory. `splits.test` is loaded as
+/// load_dataset() loads it. The normalisation statistics of a streamed split come from at most
+/// 4096 of its samples spread evenly over it. Throws what load_dataset() throws for the spec and
+/// the test split; a bad training image surfaces when it is read.
+struct OpenedDataset {
+  DatasetSplits splits;
+  std::unique_ptr<SampleSource> train;
+  bool streamed = false;  ///< `train` reads from the files, not from `splits.train`
+};
+OpenedDataset open_dataset(const std::string& spec);
 
 /// The accepted spec forms, for help text and did-you-mean: "fashion-mnist", "mnist", "idx:DIR",
 /// "cifar10:DIR", "cifar100:DIR", "npy:DIR", "records:DIR", "folder:DIR".

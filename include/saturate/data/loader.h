@@ -57,7 +57,7 @@ struct LoaderOptions {
 };
 
 struct LoaderStats {
-  int64_t samples = 0;        ///< samples read (cache hits included)
+  int64_t samples = 0;        ///< samples in batches made (cache hits included)
   int64_t cache_hits = 0;
   double worker_busy_s = 0;   ///< summed over workers (or the caller with 0 workers)
   double wait_s = 0;          ///< the consumer's time blocked in next()
@@ -74,6 +74,8 @@ class Loader : public BatchSource {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
+  /// Starts `epoch` (the constructor starts epoch 0). Starting the current epoch again before
+  /// any of its batches was taken keeps the batches already made.
   void start_epoch(int64_t epoch) override;
   /// The next batch in order. Its tensors are the loader's buffers: valid until the next call
   /// to next() or start_epoch(). A worker's failure is rethrown here, at its batch, as
@@ -101,6 +103,7 @@ class Loader : public BatchSource {
   LoaderOptions o_;
   std::vector<int64_t> order_;  // this epoch's sample indices for this shard
   int64_t epoch_ = 0;
+  bool started_ = false;  // start_epoch has run once
   int64_t batches_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Cache> cache_;

@@ -35,7 +35,8 @@ class SampleSource {
   virtual std::string describe() const = 0;
 };
 
-/// A view of an in-memory split (the dataset must outlive the source).
+/// A view of an in-memory split. It shares the split's tensors (no pixels are copied) and keeps
+/// them alive, so the TensorDataset object itself may be moved or destroyed.
 std::unique_ptr<SampleSource> make_sample_source(const TensorDataset& data);
 
 /// "synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]": deterministic pseudo-random images whose pixels

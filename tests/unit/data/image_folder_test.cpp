@@ -17,6 +17,8 @@
 
 #include "saturate/core/error.h"
 #include "saturate/data/dataset.h"
+#include "saturate/data/record_file.h"
+#include "saturate/data/sample_source.h"
 #include "testing/error_of.h"
 #include "testing/temp_dir.h"
 
@@ -367,6 +369,51 @@ TEST(LoadDataset, FolderSpecReportsCorruptImage) {
   write_bytes(tmp.file("pets/train/dog/1.png"), {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'});
   EXPECT_TRUE(contains(error_of([&] { load_dataset("folder:" + tmp.file("pets")); }),
                        "image: " + tmp.file("pets/train/dog/1.png") + " (sample 4): corrupt PNG"));
+}
+
+TEST(OpenDataset, FolderAndRecordSpecsStreamTheTrainingSplit) {
+  TempDir tmp;
+  make_dir(tmp.file("pets"));
+  make_png_folder(tmp.file("pets/train"), {"cat", "dog"}, 3);
+  make_png_folder(tmp.file("pets/test"), {"cat", "dog"}, 1);
+  const std::string spec = "folder:" + tmp.file("pets") + "@6x8x3";
+  const DatasetSplits full = load_dataset(spec);
+  const OpenedDataset opened = open_dataset(spec);
+  ASSERT_TRUE(opened.streamed);
+  EXPECT_EQ(opened.splits.train.size(), 0);  // nothing decoded ahead
+  EXPECT_EQ(opened.train->size(), 6);
+  EXPECT_EQ(opened.train->sample_shape(), (std::vector<int64_t>{3, 6, 8}));
+  EXPECT_TRUE(opened.splits.test.inputs.equal(full.test.inputs));
+  EXPECT_EQ(opened.splits.train.num_classes, 2);
+  // Fewer samples than the statistics' sample size: the very same numbers as the full split's.
+  EXPECT_DOUBLE_EQ(opened.splits.normalize_mean, full.normalize_mean);
+  EXPECT_DOUBLE_EQ(opened.splits.normalize_std, full.normalize_std);
+  EXPECT_TRUE(contains(opened.splits.description, "6 train (read as trained), 2 test, 3x6x8"));
+  std::vector<uint8_t> px(static_cast<size_t>(opened.train->sample_bytes()));
+  EXPECT_EQ(opened.train->read(4, px.data()), 1);
+  EXPECT_TRUE(std::equal(px.begin(), px.end(), full.train.inputs[4].data_ptr<uint8_t>()));
+
+  // The same data packed into record files streams from the mapping.
+  make_dir(tmp.file("rec"));
+  write_record_file(tmp.file("rec/train.rec"), *make_sample_source(full.train));
+  write_record_file(tmp.file("rec/test.rec"), *make_sample_source(full.test));
+  const OpenedDataset rec = open_dataset("records:" + tmp.file("rec"));
+  ASSERT_TRUE(rec.streamed);
+  EXPECT_EQ(rec.train->size(), 6);
+  EXPECT_EQ(rec.train->read(4, px.data()), 1);
+  EXPECT_TRUE(std::equal(px.begin(), px.end(), full.train.inputs[4].data_ptr<uint8_t>()));
+  EXPECT_TRUE(rec.splits.test.inputs.equal(full.test.inputs));
+  EXPECT_DOUBLE_EQ(rec.splits.normalize_mean, full.normalize_mean);
+
+  EXPECT_TRUE(contains(error_of([&] { open_dataset("records:" + tmp.file("nope")); }),
+                       "not found"));
+
+  // A corrupt training image is named with its sample: here by the statistics pass, which reads
+  // every image of so small a split (a large one meets it when the loader reads it).
+  write_bytes(tmp.file("pets/train/dog/2.png"), {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'});
+  EXPECT_TRUE(contains(error_of([&] { open_dataset("folder:" + tmp.file("pets") + "@6x8x3"); }),
+                       "image: " + tmp.file("pets/train/dog/2.png") +
+                           " (sample 5): corrupt PNG"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -178,6 +179,31 @@ TEST(Loader, Issue6_AWorkersErrorSurfacesAtItsBatchNamingTheSampleAndSource) {
     EXPECT_NE(e.find("index-source.bin"), std::string::npos) << e;
     EXPECT_NE(e.find("corrupt record"), std::string::npos) << e;
   }
+}
+
+TEST(Loader, StartingTheCurrentEpochAgainKeepsItsPrefetchedBatches) {
+  IndexSource source(120);
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.workers = 2;
+  o.prefetch = 2;
+  o.shuffle = false;
+  Loader loader(source, o);  // starts epoch 0: the workers make two batches ahead
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (source.reads.load() < 32 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(source.reads.load(), 32);
+  const auto batches = epoch(loader, 0);  // as a trainer does: start_epoch(0), then next()…
+  ASSERT_EQ(batches.size(), 8u);
+  EXPECT_EQ(source.reads.load(), 120) << "the prefetched batches were made again";
+  EXPECT_EQ(batches[1].second[0].item<int64_t>(), 16);
+  EXPECT_EQ(loader.stats().samples, 120);
+  // After taking a batch, starting the epoch again starts it over.
+  loader.start_epoch(1);
+  ASSERT_TRUE(loader.next().has_value());
+  loader.start_epoch(1);
+  EXPECT_EQ(epoch(loader, 1).size(), 8u);
 }
 
 TEST(Loader, Issue6_CacheServesTheSecondEpochAndReportsItsHitRate) {
