@@ -46,6 +46,7 @@ ThroughputStats steady_throughput(const std::vector<StepRecord>& records, int64_
   for (const auto& [samples, ms] : sums)
     if (ms > 0) rates.push_back(samples / (ms / 1000.0));
   out.windows = static_cast<int64_t>(rates.size());
+  out.window_samples_per_s = rates;
   out.samples_per_s = median(rates);
   out.mean_samples_per_s = all_ms > 0 ? all_samples / (all_ms / 1000.0) : 0.0;
   if (rates.size() > 1 && out.samples_per_s > 0) {

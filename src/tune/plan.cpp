@@ -34,7 +34,10 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "trials",
                                                 "quality",
                                                 "probe_steps",
-                                                "tune_wall_s"};
+                                                "tune_wall_s",
+                                                // diagnose() findings, added by saturate tune;
+                                                // reports read them, training does not
+                                                "findings"};
 
 bool is_positive(double v) { return v > 0; }
 bool is_non_negative(double v) { return v >= 0; }
@@ -216,7 +219,15 @@ json result_to_json(const PlanResult& r) {
           {"spread", r.spread},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"validation_metric", r.validation_metric},
-          {"final_loss", r.final_loss}};
+          {"final_loss", r.final_loss},
+          {"phases_ms",
+           {{"data_wait", r.phases.data_wait_ms},
+            {"host_to_device", r.phases.host_to_device_ms},
+            {"forward", r.phases.forward_ms},
+            {"backward", r.phases.backward_ms},
+            {"optimizer", r.phases.optimizer_ms},
+            {"other", r.phases.other_ms},
+            {"step", r.phases.step_ms}}}};
 }
 
 PlanResult result_from_json(const FieldReader& r) {
@@ -228,6 +239,17 @@ PlanResult result_from_json(const FieldReader& r) {
       r.integer("peak_memory_bytes", p.peak_memory_bytes, 0, "a non-negative integer");
   p.validation_metric = r.number("validation_metric", p.validation_metric);
   p.final_loss = r.number("final_loss", p.final_loss);
+  const FieldReader ph = r.object("phases_ms");
+  PhaseMeans& m = p.phases;
+  for (auto [key, value] : {std::pair<const char*, double*>{"data_wait", &m.data_wait_ms},
+                            {"host_to_device", &m.host_to_device_ms},
+                            {"forward", &m.forward_ms},
+                            {"backward", &m.backward_ms},
+                            {"optimizer", &m.optimizer_ms},
+                            {"other", &m.other_ms},
+                            {"step", &m.step_ms}}) {
+    *value = ph.number(key, *value, is_non_negative, "a non-negative number");
+  }
   return p;
 }
 

@@ -78,6 +78,7 @@ class Tuner {
     plan_.tuned.samples_per_s = tuned.measurement.samples_per_s;
     plan_.tuned.spread = tuned.measurement.spread;
     plan_.tuned.peak_memory_bytes = tuned.measurement.peak_memory_bytes;
+    plan_.tuned.phases = phase_means(tuned.measurement);
     plan_.tune_wall_s = elapsed_s();
     for (const PlanTrial& t : plan_.trials) plan_.probe_steps += t.steps;
     return std::move(plan_);
@@ -91,6 +92,11 @@ class Tuner {
     finish_stage(stage, sps(current_out_), sps(current_out_), false,
                  "skipped: the --budget-s " + format_fixed(o_.budget_s, 0) + " s is spent");
     return true;
+  }
+
+  static PhaseMeans phase_means(const Measurement& m) {
+    return {m.data_wait_ms, m.host_to_device_ms, m.forward_ms, m.backward_ms,
+            m.optimizer_ms, m.other_ms, m.step_ms};
   }
 
   static double sps(const TrialOutcome& t) { return t.fits ? t.measurement.samples_per_s : 0.0; }
@@ -173,6 +179,7 @@ class Tuner {
     plan_.baseline.samples_per_s = sps(current_out_);
     plan_.baseline.spread = current_out_.measurement.spread;
     plan_.baseline.peak_memory_bytes = current_out_.measurement.peak_memory_bytes;
+    plan_.baseline.phases = phase_means(current_out_.measurement);
     const std::string why =
         base_fits_ ? base_.describe() + ": " + format_fixed(sps(current_out_), 1) +
                          " samples/s, peak " +

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "saturate/device/device_spec.h"
 #include "saturate/device/doctor.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
@@ -28,9 +29,14 @@ int run_doctor(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   opts.measure_gemm = !no_gemm;
 
-  configure_threads(threads);
+  const int threads_in_effect = configure_threads(threads);
   const DeviceProbe probe = probe_devices();
   const std::vector<DoctorCheck> checks = run_doctor(opts, probe);
+  // The environment rules of diagnose, for the device a run would pick (the blas check above
+  // has timed the GEMM; the rules here judge the BLAS by name).
+  const DeviceChoice choice = select_device(DeviceSpec::parse("auto"), probe);
+  const std::vector<Finding> findings = diagnose_environment(
+      environment_facts(probe, choice.device, threads_in_effect, /*gemm_gflops=*/-1.0));
   bool any_fail = false;
   for (const auto& c : checks) any_fail = any_fail || c.status == CheckStatus::kFail;
 
@@ -42,6 +48,7 @@ int run_doctor(const std::vector<std::string>& args) {
     for (const auto& c : checks)
       j["checks"].push_back(
           {{"name", c.name}, {"status", to_string(c.status)}, {"detail", c.detail}, {"fix", c.fix}});
+    j["findings"] = findings_to_json(findings);
     j["ok"] = !any_fail;
     std::cout << j.dump(2) << "\n";
   } else {
@@ -54,6 +61,7 @@ int run_doctor(const std::vector<std::string>& args) {
       std::cout << "  " << status << name << c.detail << "\n";
       if (!c.fix.empty()) std::cout << "        " << std::string(10, ' ') << "fix: " << c.fix << "\n";
     }
+    print_findings(std::cout, findings);
   }
   return static_cast<int>(any_fail ? ExitCode::kFailure : ExitCode::kOk);
 }

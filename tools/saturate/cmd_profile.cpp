@@ -183,6 +183,22 @@ int run_profile(const std::vector<std::string>& args) {
                                                            : std::nan("");
   const std::string device = choice.device.str();
 
+  RunFacts facts = environment_facts(probe, choice.device, threads,
+                                     peak_flops > 0 ? peak_flops / 1e9 : -1.0);
+  facts.steps = records.records();
+  facts.warmup_steps = opts.timing_warmup_steps;
+  facts.precision = to_string(opts.precision);
+  facts.batch_size = opts.batch_size;
+  facts.accumulate = opts.accumulate;
+  facts.checkpoint_segments = opts.checkpoint_segments;
+  facts.workers = loader_flags.workers;
+  if (memory_limit > 0) facts.memory_limit_bytes = memory_limit;
+  facts.peak_memory_bytes = summary.peak_memory_bytes;
+  facts.gpu_util_pct = device_samples.gpu_util_pct;
+  facts.cpu_util_pct = device_samples.cpu_util_pct;
+  facts.throttle_reasons = device_samples.throttle_reasons;
+  const std::vector<Finding> findings = diagnose(facts);
+
   if (as_json) {
     nlohmann::json j;
     j["schema_version"] = 1;
@@ -197,6 +213,7 @@ int run_profile(const std::vector<std::string>& args) {
     j["samples_per_s"] = tp.samples_per_s;
     j["samples_per_s_spread_pct"] = tp.spread_pct;
     j["windows"] = tp.windows;
+    j["window_samples_per_s"] = tp.window_samples_per_s;
     j["step_ms"] = p.step_ms;
     for (const auto& ph : phases) j["phases_ms"][ph.name] = ph.ms;
     j["peak_memory_bytes"] = summary.peak_memory_bytes;
@@ -213,6 +230,7 @@ int run_profile(const std::vector<std::string>& args) {
                            {"joules_per_sample", device_samples.joules_per_sample},
                            {"gpu_temperature_max_c", device_samples.gpu_temperature_max_c},
                            {"throttle_reasons", device_samples.throttle_reasons}};
+    j["findings"] = findings_to_json(findings);
     j["context"] = run_context(probe, device);
     std::cout << j.dump(2) << "\n";
   } else {
@@ -260,6 +278,7 @@ int run_profile(const std::vector<std::string>& args) {
     } else {
       std::cout << sampler.gpu_status() << "\n";
     }
+    print_findings(std::cout, findings);
   }
   return static_cast<int>(summary.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
 }

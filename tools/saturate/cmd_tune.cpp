@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "saturate/core/json.h"
 #include "saturate/core/log.h"
 #include "saturate/core/units.h"
 #include "saturate/data/dataset.h"
@@ -14,6 +15,7 @@
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
+#include "saturate/telemetry/step_record.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/torch_trial_runner.h"
 #include "saturate/tune/tuner.h"
@@ -154,7 +156,30 @@ int run_tune(const std::vector<std::string>& args) {
   plan.data = data_spec;
   plan.device = choice.device.str();
   plan.memory_limit_bytes = memory_limit;
-  write_plan(plan, out_path);
+  // What still holds the tuned configuration back, from its measured step breakdown.
+  RunFacts facts = environment_facts(probe, choice.device, plan.config.threads,
+                                     choice.device.is_cpu() ? measure_gemm_gflops(512, 5) : -1.0);
+  StepRecord tuned_step;
+  const PhaseMeans& ph = plan.tuned.phases;
+  tuned_step.data_wait_ms = ph.data_wait_ms;
+  tuned_step.host_to_device_ms = ph.host_to_device_ms;
+  tuned_step.forward_ms = ph.forward_ms;
+  tuned_step.backward_ms = ph.backward_ms;
+  tuned_step.optimizer_ms = ph.optimizer_ms;
+  tuned_step.other_ms = ph.other_ms;
+  tuned_step.step_ms = ph.step_ms;
+  facts.steps = {tuned_step};
+  facts.precision = to_string(plan.config.train.precision);
+  facts.batch_size = plan.config.train.batch_size;
+  facts.accumulate = plan.config.train.accumulate;
+  facts.checkpoint_segments = plan.config.train.checkpoint_segments;
+  facts.workers = plan.config.workers;
+  facts.memory_limit_bytes = runner.memory_limit_bytes();
+  facts.peak_memory_bytes = plan.tuned.peak_memory_bytes;
+  const std::vector<Finding> findings = diagnose(facts);
+  nlohmann::json plan_json = to_json(plan);
+  plan_json["findings"] = findings_to_json(findings);
+  write_json_file(out_path, plan_json);
   const double gain = plan.baseline.samples_per_s > 0
                           ? plan.tuned.samples_per_s / plan.baseline.samples_per_s
                           : 0.0;
@@ -167,6 +192,7 @@ int run_tune(const std::vector<std::string>& args) {
             << plan.probe_steps << " trial steps in " << format_duration_s(plan.tune_wall_s)
             << "\n  written to " << out_path << "; run it with: saturate train --config "
             << out_path << "\n";
+  print_findings(std::cout, findings);
   return 0;
 }
 

@@ -23,6 +23,7 @@ std::atomic<bool> g_interrupted{false};
 const std::vector<Command>& commands() {
   // The table is the registry: add a command here and in command.h.
   static const std::vector<Command> table = {
+      {"compare", "compare two runs of a workload; exit 1 on a regression", run_compare},
       {"doctor", "check the environment: LibTorch, CUDA, BLAS, threads, data", run_doctor},
       {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},
       {"pack", "convert a dataset to record files for fast, memory-mapped loading", run_pack},
@@ -108,6 +109,42 @@ TrainingInput open_training_input(const std::string& data_spec, const LoaderFlag
                .contiguous();
   }
   return in;
+}
+
+RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, int threads,
+                           double gemm_gflops) {
+  RunFacts f;
+  f.device = device.str();
+  f.gpu_present = probe.cuda_available && !probe.gpus.empty();
+  if (device.is_cuda()) {
+    const auto index = static_cast<size_t>(device.has_index() ? device.index() : 0);
+    if (index < probe.gpus.size()) {
+      const CudaDeviceInfo& gpu = probe.gpus[index];
+      f.bf16_fast = gpu.has_bf16;
+      f.fp16_fast = gpu.cc_major >= 7;  // tensor cores from Volta on
+      f.memory_limit_bytes = gpu.mem_total_bytes;
+    }
+    f.pinned_memory = true;  // the loader pins its buffers for a GPU
+  } else {
+    f.bf16_fast = probe.cpu.has_bf16;
+  }
+  f.cores_usable = probe.cpu.cores_usable;
+  f.intra_op_threads = threads;
+  f.blas = probe.blas.name;
+  f.gemm_gflops = gemm_gflops;
+  return f;
+}
+
+void print_findings(std::ostream& os, const std::vector<Finding>& findings) {
+  if (findings.empty()) {
+    os << "  findings: none (no rule fired)\n";
+    return;
+  }
+  os << "  findings:\n";
+  for (const Finding& f : findings) {
+    os << "    [" << to_string(f.severity) << "] " << f.title << "\n"
+       << "      → " << f.recommendation << "\n";
+  }
 }
 
 bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }

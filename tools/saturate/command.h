@@ -4,6 +4,7 @@
 // flag parsing with "did you mean" for unknown options.
 
 #include <atomic>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 
 #include "saturate/data/dataset.h"
 #include "saturate/data/loader.h"
+#include "saturate/diagnose/diagnose.h"
+#include "saturate/device/probe.h"
 
 namespace CLI {
 class App;
@@ -90,9 +93,18 @@ struct TrainingInput {
 TrainingInput open_training_input(const std::string& data_spec, const LoaderFlags& flags,
                                   int64_t batch_size, uint64_t seed, const c10::Device& device);
 
+/// What diagnose() needs to know of the environment: the device that runs and whether a GPU
+/// is there, its fast precisions, usable cores, intra-op threads, the BLAS and its measured
+/// GEMM rate (`gemm_gflops`, -1 when not measured).
+RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, int threads,
+                           double gemm_gflops);
+/// The findings as an indented block for the terminal ("  findings: none" when empty).
+void print_findings(std::ostream& os, const std::vector<Finding>& findings);
+
 /// True when stderr is a terminal (progress bars redraw in place).
 bool stderr_is_tty();
 
+int run_compare(const std::vector<std::string>& args);
 int run_doctor(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
 int run_pack(const std::vector<std::string>& args);

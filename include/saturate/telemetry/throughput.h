@@ -21,6 +21,7 @@ struct ThroughputStats {
   /// (robust to one outlier window); 0 with a single window.
   double spread_pct = 0.0;
   int64_t windows = 0;
+  std::vector<double> window_samples_per_s;  ///< each window's rate, in step order
   int64_t steps = 0;  ///< steady-state steps used
 };
 

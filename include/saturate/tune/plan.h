@@ -21,12 +21,19 @@ namespace saturate {
 inline constexpr int kPlanSchemaVersion = 1;
 
 /// Throughput, memory and quality of one configuration (baseline or tuned).
+/// Mean milliseconds per step of each phase (StepRecord's), over a measurement's timed steps.
+struct PhaseMeans {
+  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
+         optimizer_ms = 0, other_ms = 0, step_ms = 0;
+};
+
 struct PlanResult {
   double samples_per_s = 0;
   double spread = 0;
   int64_t peak_memory_bytes = 0;
   double validation_metric = -1;  ///< test accuracy in [0, 1] from the quality guard; -1 if not run
   double final_loss = -1;         ///< mean training loss at the end of the quality run; -1 if not run
+  PhaseMeans phases;              ///< written as "phases_ms"
 };
 
 /// One stage of the staged plan: baseline, precision, batch_size, memory_savers, threads,

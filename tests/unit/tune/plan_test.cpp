@@ -41,8 +41,8 @@ Plan full_plan() {
   p.effective_batch_why = "batch 384 as 3 micro-batches of 128 keeps the user's 384";
   p.memory_limit_bytes = int64_t{2} << 30;
   p.reserve = 0.15;
-  p.baseline = {1234.5, 0.031, 123456789, 0.875, 0.3456};
-  p.tuned = {4321.25, 0.012, 987654321, 0.8725, 0.3501};
+  p.baseline = {1234.5, 0.031, 123456789, 0.875, 0.3456, {1.5, 0.25, 10, 12, 2, 0.5, 26.25}};
+  p.tuned = {4321.25, 0.012, 987654321, 0.8725, 0.3501, {0.5, 0.25, 5, 6, 1, 0.25, 13}};
   p.stages.push_back({"baseline", 0, 1234.5, false, "64, fp32: 1234.5 samples/s"});
   p.stages.push_back({"precision", 1234.5, 2500.75, true, "bf16 is 2.03x fp32"});
   PlanTrial fits{"batch_size", "memory probe", tuned_config(), true, 4100.5, 0.02, 900000000, 3};
@@ -105,6 +105,8 @@ TEST(Plan, RoundTripsThroughJson) {
   EXPECT_EQ(q.baseline.samples_per_s, 1234.5);
   EXPECT_EQ(q.tuned.peak_memory_bytes, 987654321);
   EXPECT_EQ(q.tuned.validation_metric, 0.8725);
+  EXPECT_EQ(q.baseline.phases.backward_ms, 12);
+  EXPECT_EQ(q.tuned.phases.step_ms, 13);
   ASSERT_EQ(q.stages.size(), 2u);
   EXPECT_EQ(q.stages[1].name, "precision");
   EXPECT_TRUE(q.stages[1].changed);

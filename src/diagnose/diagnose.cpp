@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/diagnose/diagnose.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include "saturate/core/error.h"
+#include "saturate/core/json.h"
+#include "saturate/core/strings.h"
+#include "saturate/core/units.h"
+
+namespace saturate {
+namespace {
+
+using detail::concat;
+
+// Each phase's share of the steady steps' summed wall time, in percent.
+struct Shares {
+  int64_t steps = 0;
+  double step_ms = 0;  // mean over the steady steps
+  double data_wait = 0, host_to_device = 0, forward = 0, backward = 0, optimizer = 0,
+         communication = 0, other = 0;
+};
+
+Shares phase_shares(const RunFacts& f) {
+  Shares s;
+  double total = 0, data = 0, h2d = 0, fwd = 0, bwd = 0, opt = 0, comm = 0, other = 0;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(0, f.warmup_steps)); i < f.steps.size();
+       ++i) {
+    const StepRecord& r = f.steps[i];
+    total += r.step_ms;
+    data += r.data_wait_ms;
+    h2d += r.host_to_device_ms;
+    fwd += r.forward_ms;
+    bwd += r.backward_ms;
+    opt += r.optimizer_ms;
+    comm += r.communication_ms;
+    other += r.other_ms;
+    ++s.steps;
+  }
+  if (s.steps == 0 || total <= 0) return s;
+  s.step_ms = total / static_cast<double>(s.steps);
+  const double k = 100.0 / total;
+  s.data_wait = data * k;
+  s.host_to_device = h2d * k;
+  s.forward = fwd * k;
+  s.backward = bwd * k;
+  s.optimizer = opt * k;
+  s.communication = comm * k;
+  s.other = other * k;
+  return s;
+}
+
+bool on_gpu(const RunFacts& f) { return f.device.rfind("cuda", 0) == 0; }
+
+std::string pct(double v) { return format_fixed(v, 1) + "%"; }
+
+Finding make(const char* rule, Severity severity, std::string title,
+             std::vector<Evidence> evidence, std::string recommendation) {
+  Finding f;
+  f.rule = rule;
+  f.severity = severity;
+  f.title = std::move(title);
+  f.evidence = std::move(evidence);
+  f.recommendation = std::move(recommendation);
+  return f;
+}
+
+void input_bound(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t,
+                 std::vector<Finding>& out) {
+  if (s.steps == 0 || s.data_wait <= t.input_bound_pct) return;
+  const Severity sev =
+      s.data_wait > t.input_bound_critical_pct ? Severity::kCritical : Severity::kWarning;
+  std::string rec;
+  if (f.workers == 0) {
+    rec = "make batches on worker threads: --workers " +
+          std::to_string(std::max(2, f.cores_usable > 0 ? f.cores_usable / 2 : 2)) +
+          " --prefetch 4; `saturate tune` sizes both";
+  } else {
+    rec = concat("raise --workers above ", f.workers,
+                 " and --prefetch, keep decoded samples with --cache SIZE, or pack the data with "
+                 "`saturate pack` so reads are one memcpy");
+  }
+  out.push_back(make("input-bound", sev,
+                     concat("input-bound: the step waits for data ", pct(s.data_wait),
+                            " of its time"),
+                     {{"data_wait_share", s.data_wait, "%"},
+                      {"data_wait_ms_per_step", s.data_wait * s.step_ms / 100.0, "ms"},
+                      {"workers", static_cast<double>(f.workers), ""}},
+                     std::move(rec)));
+}
+
+void small_batch(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t,
+                 std::vector<Finding>& out) {
+  if (on_gpu(f)) {
+    if (f.gpu_util_pct < 0 || f.gpu_util_pct >= t.low_gpu_util_pct) return;
+    // A starved device is the input pipeline's finding, not the batch's.
+    if (s.steps > 0 && s.data_wait > t.input_bound_pct) return;
+    out.push_back(make("small-batch", Severity::kWarning,
+                       concat("low device utilisation: the GPU is busy ", pct(f.gpu_util_pct),
+                              " of the time at batch ", f.batch_size),
+                       {{"gpu_util", f.gpu_util_pct, "%"},
+                        {"batch_size", static_cast<double>(f.batch_size), ""}},
+                       "raise --batch-size (`saturate tune` finds the largest that fits and is "
+                       "fastest) so each kernel does more work"));
+    return;
+  }
+  if (s.steps == 0 || s.step_ms >= t.tiny_step_ms) return;
+  out.push_back(make("small-batch", Severity::kInfo,
+                     concat("tiny steps: ", format_fixed(s.step_ms, 2), " ms per step at batch ",
+                            f.batch_size, ", so fixed per-step costs weigh heavily"),
+                     {{"step_ms", s.step_ms, "ms"},
+                      {"batch_size", static_cast<double>(f.batch_size), ""}},
+                     "raise --batch-size (`saturate tune` measures where samples/s peaks)"));
+}
+
+void memory_near_limit(const RunFacts& f, const DiagnoseThresholds& t,
+                       std::vector<Finding>& out) {
+  if (f.memory_limit_bytes <= 0 || f.peak_memory_bytes <= 0) return;
+  const double used = 100.0 * static_cast<double>(f.peak_memory_bytes) /
+                      static_cast<double>(f.memory_limit_bytes);
+  if (used <= t.memory_near_limit_pct) return;
+  std::vector<std::string> options;
+  if (f.precision == "fp32" || f.precision == "tf32") options.push_back("--precision bf16");
+  if (f.checkpoint_segments == 0) options.push_back("--checkpoint-segments 2");
+  options.push_back(concat("--accumulate ", f.accumulate * 2, " with half the batch"));
+  out.push_back(make("memory-near-limit", used >= 100.0 ? Severity::kCritical : Severity::kWarning,
+                     concat("memory near the limit: peak ", format_bytes(f.peak_memory_bytes),
+                            " is ", pct(used), " of ", format_bytes(f.memory_limit_bytes)),
+                     {{"peak_memory", static_cast<double>(f.peak_memory_bytes), "bytes"},
+                      {"memory_limit", static_cast<double>(f.memory_limit_bytes), "bytes"},
+                      {"used", used, "%"}},
+                     concat("leave headroom for larger inputs and fragmentation: ",
+                            join(options, ", or "))));
+}
+
+void precision_unused(const RunFacts& f, std::vector<Finding>& out) {
+  if (f.precision != "fp32" && f.precision != "tf32") return;
+  const char* fast = f.bf16_fast ? "bf16" : f.fp16_fast ? "fp16" : nullptr;
+  if (fast == nullptr) return;
+  out.push_back(make("precision-unused", Severity::kWarning,
+                     concat("mixed precision unused: training runs in ", f.precision, " on ",
+                            f.device, ", which runs ", fast, " much faster"),
+                     {{"bf16_fast", f.bf16_fast ? 1.0 : 0.0, ""},
+                      {"fp16_fast", f.fp16_fast ? 1.0 : 0.0, ""}},
+                     concat("--precision ", fast,
+                            " (`saturate tune` checks the loss and validation still hold)")));
+}
+
+void pageable_copies(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t,
+                     std::vector<Finding>& out) {
+  if (!on_gpu(f) || s.steps == 0 || s.host_to_device <= t.copy_share_pct) return;
+  out.push_back(make(
+      "copies-not-overlapped", Severity::kWarning,
+      concat("host→device copies take ", pct(s.host_to_device), " of the step",
+             f.pinned_memory ? "" : " from pageable memory"),
+      {{"host_to_device_share", s.host_to_device, "%"},
+       {"pinned_memory", f.pinned_memory ? 1.0 : 0.0, ""}},
+      f.pinned_memory
+          ? "copy on a side stream ahead of the step: --workers 1 or more makes the loader copy "
+            "the next batch while this one trains"
+          : "use page-locked batch buffers and asynchronous copies: saturate's loader does both "
+            "on a GPU (--workers 1 or more overlaps them with the step)"));
+}
+
+void cpu_bound_environment(const RunFacts& f, const DiagnoseThresholds& t,
+                           std::vector<Finding>& out) {
+  std::string lower = f.blas;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const bool reference_name = lower.find("reference") != std::string::npos ||
+                              lower == "blas" || lower == "netlib";
+  const double floor =
+      t.slow_gemm_gflops_per_core * static_cast<double>(std::max(1, f.cores_usable));
+  const bool slow_gemm = f.gemm_gflops >= 0 && f.gemm_gflops < floor;
+  if (reference_name || slow_gemm) {
+    out.push_back(make(
+        "reference-blas", Severity::kCritical,
+        slow_gemm ? concat("slow BLAS: a float32 GEMM runs at ", format_fixed(f.gemm_gflops, 1),
+                           " GFLOP/s (", f.blas.empty() ? "unknown BLAS" : f.blas,
+                           "); an optimised BLAS does ~", format_fixed(floor * 5, 0), "+ here")
+                  : concat("reference BLAS in use (", f.blas, "): matrix products run ~35x slower "
+                           "than OpenBLAS or MKL"),
+        {{"gemm_gflops", f.gemm_gflops, "GFLOP/s"},
+         {"cores_usable", static_cast<double>(f.cores_usable), ""}},
+        "install an optimised BLAS (Debian: apt install libopenblas0-pthread, then "
+        "update-alternatives --config libblas.so.3-x86_64-linux-gnu) or use PyPI's LibTorch, "
+        "which bundles MKL"));
+  }
+  if (f.intra_op_threads > 0 && f.cores_usable > 0 && f.intra_op_threads < f.cores_usable &&
+      !on_gpu(f)) {
+    out.push_back(make("threads-below-cores", Severity::kWarning,
+                       concat("CPU-bound with idle cores: ", f.intra_op_threads,
+                              " intra-op thread(s) on ", f.cores_usable, " usable cores"),
+                       {{"intra_op_threads", static_cast<double>(f.intra_op_threads), ""},
+                        {"cores_usable", static_cast<double>(f.cores_usable), ""}},
+                       concat("--threads ", f.cores_usable,
+                              " (and unset OMP_NUM_THREADS/MKL_NUM_THREADS if they cap it)")));
+  }
+  if (f.gpu_present && !on_gpu(f)) {
+    out.push_back(make("device-mismatch", Severity::kCritical,
+                       concat("a GPU is present but training runs on ", f.device),
+                       {{"gpu_present", 1.0, ""}},
+                       "--device cuda (or --device auto, which picks the GPU)"));
+  }
+}
+
+void throttling(const RunFacts& f, std::vector<Finding>& out) {
+  std::vector<std::string> hard;
+  for (const std::string& r : f.throttle_reasons) {
+    // Idle and application-clock settings are not throttling under load.
+    if (r.find("thermal") != std::string::npos || r.find("power") != std::string::npos ||
+        r.find("slowdown") != std::string::npos) {
+      hard.push_back(r);
+    }
+  }
+  if (hard.empty()) return;
+  out.push_back(make("throttling", Severity::kWarning,
+                     concat("the GPU throttled: ", join(hard, ", ")),
+                     {{"reasons", static_cast<double>(hard.size()), ""}},
+                     "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE); "
+                     "measured speeds vary while it lasts"));
+}
+
+void phase_heavy(const Shares& s, const DiagnoseThresholds& t, std::vector<Finding>& out) {
+  if (s.steps == 0) return;
+  if (s.optimizer > t.optimizer_share_pct) {
+    out.push_back(make("optimizer-heavy", Severity::kWarning,
+                       concat("the optimizer step takes ", pct(s.optimizer), " of the step"),
+                       {{"optimizer_share", s.optimizer, "%"},
+                        {"optimizer_ms_per_step", s.optimizer * s.step_ms / 100.0, "ms"}},
+                       "a larger batch spreads the per-step optimizer cost over more samples; "
+                       "with many small parameter tensors, a fused optimizer helps"));
+  }
+  if (s.other > t.other_share_pct) {
+    out.push_back(make("other-heavy", Severity::kWarning,
+                       concat(pct(s.other), " of the step is outside the measured phases"),
+                       {{"other_share", s.other, "%"}},
+                       "look for host work between steps: logging every step, reading the loss "
+                       "with .item() (a device sync), checkpoints; a --trace shows where"));
+  }
+  if (s.communication > t.communication_share_pct) {
+    out.push_back(make("communication-heavy", Severity::kWarning,
+                       concat("gradient all-reduce takes ", pct(s.communication), " of the step"),
+                       {{"communication_share", s.communication, "%"}},
+                       "all-reduce less often: --accumulate 2 or more (same effective batch), or "
+                       "a larger per-rank batch"));
+  }
+}
+
+void rank_skew(const RunFacts& f, const DiagnoseThresholds& t, std::vector<Finding>& out) {
+  if (f.rank_step_ms.size() < 2) return;
+  const auto [lo, hi] = std::minmax_element(f.rank_step_ms.begin(), f.rank_step_ms.end());
+  if (*lo <= 0) return;
+  const double skew = 100.0 * (*hi - *lo) / *lo;
+  if (skew <= t.rank_skew_pct) return;
+  const auto slow = hi - f.rank_step_ms.begin();
+  out.push_back(make("rank-skew", Severity::kWarning,
+                     concat("uneven ranks: rank ", slow, " takes ", format_fixed(*hi, 1),
+                            " ms per step, ", pct(skew), " more than the fastest (",
+                            format_fixed(*lo, 1), " ms); the others wait for it"),
+                     {{"skew", skew, "%"},
+                      {"slowest_rank", static_cast<double>(slow), ""},
+                      {"slowest_ms", *hi, "ms"},
+                      {"fastest_ms", *lo, "ms"}},
+                     "balance the ranks: same device kind and clocks, equal data shards, no "
+                     "other load on the slow rank's host"));
+}
+
+void sort_by_severity(std::vector<Finding>& out) {
+  std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {
+    return static_cast<int>(a.severity) > static_cast<int>(b.severity);
+  });
+}
+
+}  // namespace
+
+std::vector<Finding> diagnose_environment(const RunFacts& facts,
+                                          const DiagnoseThresholds& thresholds) {
+  std::vector<Finding> out;
+  cpu_bound_environment(facts, thresholds, out);
+  sort_by_severity(out);
+  return out;
+}
+
+std::vector<Finding> diagnose(const RunFacts& facts, const DiagnoseThresholds& thresholds) {
+  const Shares shares = phase_shares(facts);
+  std::vector<Finding> out;
+  input_bound(facts, shares, thresholds, out);
+  small_batch(facts, shares, thresholds, out);
+  memory_near_limit(facts, thresholds, out);
+  precision_unused(facts, out);
+  pageable_copies(facts, shares, thresholds, out);
+  cpu_bound_environment(facts, thresholds, out);
+  throttling(facts, out);
+  phase_heavy(shares, thresholds, out);
+  rank_skew(facts, thresholds, out);
+  sort_by_severity(out);
+  return out;
+}
+
+std::string to_string(Severity s) {
+  switch (s) {
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kCritical:
+      return "critical";
+  }
+  return "info";
+}
+
+nlohmann::json findings_to_json(const std::vector<Finding>& findings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Finding& f : findings) {
+    nlohmann::json evidence = nlohmann::json::array();
+    for (const Evidence& e : f.evidence)
+      evidence.push_back({{"name", e.name}, {"value", e.value}, {"unit", e.unit}});
+    out.push_back({{"rule", f.rule},
+                   {"severity", to_string(f.severity)},
+                   {"title", f.title},
+                   {"evidence", evidence},
+                   {"recommendation", f.recommendation}});
+  }
+  return out;
+}
+
+std::vector<Finding> findings_from_json(const nlohmann::json& j, const std::string& where) {
+  SATURATE_CHECK(j.is_array(), where, ": expected an array of findings");
+  std::vector<Finding> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = concat(where, "[", i, "]");
+    const nlohmann::json& x = j[i];
+    SATURATE_CHECK(x.is_object(), at, ": expected an object");
+    Finding f;
+    f.rule = json_get<std::string>(x, "rule", at, "");
+    SATURATE_CHECK(!f.rule.empty(), at, ".rule: missing");
+    const std::string severity = json_get<std::string>(x, "severity", at, "info");
+    if (severity == "critical") {
+      f.severity = Severity::kCritical;
+    } else if (severity == "warning") {
+      f.severity = Severity::kWarning;
+    } else {
+      SATURATE_CHECK(severity == "info", at, ".severity: expected info, warning or critical, got '",
+                     severity, "'");
+    }
+    f.title = json_get<std::string>(x, "title", at, "");
+    f.recommendation = json_get<std::string>(x, "recommendation", at, "");
+    if (x.contains("evidence")) {
+      SATURATE_CHECK(x["evidence"].is_array(), at, ".evidence: expected an array");
+      for (const nlohmann::json& e : x["evidence"]) {
+        f.evidence.push_back({json_get<std::string>(e, "name", at + ".evidence", ""),
+                              json_get<double>(e, "value", at + ".evidence", 0.0),
+                              json_get<std::string>(e, "unit", at + ".evidence", "")});
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace saturate

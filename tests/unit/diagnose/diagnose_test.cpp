@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every rule with a profile that fires it and one just the other side of its threshold.
+#include "saturate/diagnose/diagnose.h"
+
+#include "saturate/core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace saturate {
+namespace {
+
+// `n` identical steps of `step_ms`, split as given; what is left over goes to forward.
+struct Split {
+  double data = 0, h2d = 0, optimizer = 0, communication = 0, other = 0;
+};
+
+std::vector<StepRecord> steps(int n, double step_ms, Split s) {
+  std::vector<StepRecord> out;
+  for (int i = 0; i < n; ++i) {
+    StepRecord r;
+    r.step = i;
+    r.samples = 64;
+    r.step_ms = step_ms;
+    r.data_wait_ms = s.data;
+    r.host_to_device_ms = s.h2d;
+    r.optimizer_ms = s.optimizer;
+    r.communication_ms = s.communication;
+    r.other_ms = s.other;
+    r.backward_ms = 0.4 * (step_ms - s.data - s.h2d - s.optimizer - s.communication - s.other);
+    r.forward_ms = step_ms - s.data - s.h2d - s.optimizer - s.communication - s.other -
+                   r.backward_ms;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// A healthy CPU run: nothing fires.
+RunFacts healthy_cpu() {
+  RunFacts f;
+  f.steps = steps(20, 40.0, {0.2, 0, 2.0, 0, 0.5});
+  f.batch_size = 64;
+  f.cores_usable = 2;
+  f.intra_op_threads = 2;
+  f.blas = "MKL";
+  f.gemm_gflops = 150;
+  return f;
+}
+
+RunFacts healthy_gpu() {
+  RunFacts f = healthy_cpu();
+  f.device = "cuda:0";
+  f.gpu_present = true;
+  f.precision = "bf16";
+  f.bf16_fast = true;
+  f.pinned_memory = true;
+  f.workers = 2;
+  f.gpu_util_pct = 93;
+  f.memory_limit_bytes = 80LL << 30;
+  f.peak_memory_bytes = 60LL << 30;
+  return f;
+}
+
+std::vector<std::string> rules(const std::vector<Finding>& findings) {
+  std::vector<std::string> out;
+  for (const Finding& f : findings) out.push_back(f.rule);
+  return out;
+}
+
+// A copy: the findings are often a temporary.
+std::optional<Finding> find(const std::vector<Finding>& findings, const std::string& rule) {
+  for (const Finding& f : findings) {
+    if (f.rule == rule) return f;
+  }
+  return std::nullopt;
+}
+
+double evidence(const Finding& f, const std::string& name) {
+  for (const Evidence& e : f.evidence) {
+    if (e.name == name) return e.value;
+  }
+  ADD_FAILURE() << f.rule << " has no evidence '" << name << "'";
+  return -1;
+}
+
+TEST(Diagnose, HealthyRunsHaveNoFindings) {
+  for (const RunFacts& f : {healthy_cpu(), healthy_gpu()}) {
+    EXPECT_TRUE(diagnose(f).empty()) << ::testing::PrintToString(rules(diagnose(f)));
+  }
+  EXPECT_TRUE(diagnose(RunFacts{}).empty());  // nothing known, nothing said
+}
+
+TEST(Diagnose, InputBound) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {10.0, 0, 2.0, 0, 0.5});  // 25% waiting
+  const auto found = diagnose(f);
+  std::optional<Finding> x = find(found, "input-bound");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->severity, Severity::kCritical);
+  EXPECT_NEAR(evidence(*x, "data_wait_share"), 25.0, 1e-9);
+  EXPECT_NE(x->title.find("25.0%"), std::string::npos) << x->title;
+  EXPECT_NE(x->recommendation.find("--workers"), std::string::npos);
+  EXPECT_EQ(found.front().rule, "input-bound");  // most severe first
+
+  f.steps = steps(20, 40.0, {2.4, 0, 2.0, 0, 0.5});  // 6%: a warning
+  ASSERT_TRUE(find(diagnose(f), "input-bound").has_value());
+  EXPECT_EQ(find(diagnose(f), "input-bound")->severity, Severity::kWarning);
+  f.steps = steps(20, 40.0, {1.9, 0, 2.0, 0, 0.5});  // 4.75%: under the 5% rule
+  EXPECT_FALSE(find(diagnose(f), "input-bound").has_value());
+}
+
+TEST(Diagnose, WarmupStepsAreLeftOut) {
+  RunFacts f = healthy_cpu();
+  std::vector<StepRecord> slow_start = steps(5, 40.0, {30.0, 0, 2.0, 0, 0.5});
+  f.steps.insert(f.steps.begin(), slow_start.begin(), slow_start.end());
+  f.warmup_steps = 0;
+  EXPECT_TRUE(find(diagnose(f), "input-bound").has_value());
+  f.warmup_steps = 5;
+  EXPECT_FALSE(find(diagnose(f), "input-bound").has_value());
+}
+
+TEST(Diagnose, SmallBatchOnGpuFromUtilisation) {
+  RunFacts f = healthy_gpu();
+  f.gpu_util_pct = 31;
+  std::optional<Finding> x = find(diagnose(f), "small-batch");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(evidence(*x, "gpu_util"), 31);
+  f.gpu_util_pct = 55;
+  EXPECT_FALSE(find(diagnose(f), "small-batch").has_value());
+  // Starved for data: that is the input pipeline's finding, not the batch's.
+  f.gpu_util_pct = 31;
+  f.steps = steps(20, 40.0, {12.0, 0, 2.0, 0, 0.5});
+  const auto found = diagnose(f);
+  EXPECT_FALSE(find(found, "small-batch").has_value());
+  EXPECT_TRUE(find(found, "input-bound").has_value());
+}
+
+TEST(Diagnose, SmallBatchOnCpuFromTinySteps) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 2.0, {0.01, 0, 0.1, 0, 0.05});
+  std::optional<Finding> x = find(diagnose(f), "small-batch");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->severity, Severity::kInfo);
+  EXPECT_NEAR(evidence(*x, "step_ms"), 2.0, 1e-9);
+  f.steps = steps(20, 6.0, {0.01, 0, 0.1, 0, 0.05});
+  EXPECT_FALSE(find(diagnose(f), "small-batch").has_value());
+}
+
+TEST(Diagnose, MemoryNearLimit) {
+  RunFacts f = healthy_gpu();
+  f.peak_memory_bytes = 76LL << 30;  // 95% of 80 GiB
+  f.precision = "fp32";
+  f.bf16_fast = false;
+  std::optional<Finding> x = find(diagnose(f), "memory-near-limit");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->severity, Severity::kWarning);
+  EXPECT_NEAR(evidence(*x, "used"), 95.0, 1e-9);
+  EXPECT_NE(x->recommendation.find("--precision bf16"), std::string::npos);
+  EXPECT_NE(x->recommendation.find("--checkpoint-segments"), std::string::npos);
+  EXPECT_NE(x->recommendation.find("--accumulate 2"), std::string::npos);
+  f.peak_memory_bytes = 70LL << 30;  // 87.5%
+  EXPECT_FALSE(find(diagnose(f), "memory-near-limit").has_value());
+  f.memory_limit_bytes = 0;  // unknown limit
+  f.peak_memory_bytes = 90LL << 30;
+  EXPECT_FALSE(find(diagnose(f), "memory-near-limit").has_value());
+}
+
+TEST(Diagnose, PrecisionUnused) {
+  RunFacts f = healthy_gpu();
+  f.precision = "fp32";
+  std::optional<Finding> x = find(diagnose(f), "precision-unused");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->recommendation.find("--precision bf16"), std::string::npos);
+  f.bf16_fast = false;
+  f.fp16_fast = true;
+  ASSERT_TRUE(find(diagnose(f), "precision-unused").has_value());
+  EXPECT_NE(find(diagnose(f), "precision-unused")->recommendation.find("fp16"), std::string::npos);
+  f.fp16_fast = false;  // a device without fast half precision: nothing to gain
+  EXPECT_FALSE(find(diagnose(f), "precision-unused").has_value());
+  f.bf16_fast = true;
+  f.precision = "bf16";  // already used
+  EXPECT_FALSE(find(diagnose(f), "precision-unused").has_value());
+}
+
+TEST(Diagnose, CopiesNotOverlapped) {
+  RunFacts f = healthy_gpu();
+  f.pinned_memory = false;
+  f.steps = steps(20, 40.0, {0.2, 4.0, 2.0, 0, 0.5});  // 10% copying
+  std::optional<Finding> x = find(diagnose(f), "copies-not-overlapped");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->title.find("pageable"), std::string::npos);
+  EXPECT_NEAR(evidence(*x, "host_to_device_share"), 10.0, 1e-9);
+  f.steps = steps(20, 40.0, {0.2, 1.0, 2.0, 0, 0.5});  // 2.5%
+  EXPECT_FALSE(find(diagnose(f), "copies-not-overlapped").has_value());
+  // On a CPU a "copy" is a no-op move; the rule is for devices.
+  RunFacts cpu = healthy_cpu();
+  cpu.steps = steps(20, 40.0, {0.2, 4.0, 2.0, 0, 0.5});
+  EXPECT_FALSE(find(diagnose(cpu), "copies-not-overlapped").has_value());
+}
+
+TEST(Diagnose, ReferenceBlasByNameOrByMeasuredRate) {
+  RunFacts f = healthy_cpu();
+  f.blas = "reference";
+  f.gemm_gflops = -1;
+  std::optional<Finding> x = find(diagnose(f), "reference-blas");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->severity, Severity::kCritical);
+  EXPECT_NE(x->recommendation.find("openblas"), std::string::npos);
+  f.blas = "OpenBLAS";
+  f.gemm_gflops = 5;  // what Debian's reference BLAS measures on two cores
+  x = find(diagnose(f), "reference-blas");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->title.find("5.0 GFLOP/s"), std::string::npos) << x->title;
+  f.gemm_gflops = 190;
+  EXPECT_FALSE(find(diagnose(f), "reference-blas").has_value());
+  EXPECT_FALSE(find(diagnose_environment(f), "reference-blas").has_value());
+  f.gemm_gflops = 5;
+  EXPECT_TRUE(find(diagnose_environment(f), "reference-blas").has_value());
+}
+
+TEST(Diagnose, ThreadsBelowCores) {
+  RunFacts f = healthy_cpu();
+  f.cores_usable = 8;
+  f.intra_op_threads = 1;
+  f.gemm_gflops = 400;
+  std::optional<Finding> x = find(diagnose(f), "threads-below-cores");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->recommendation.find("--threads 8"), std::string::npos);
+  f.intra_op_threads = 8;
+  EXPECT_FALSE(find(diagnose(f), "threads-below-cores").has_value());
+}
+
+TEST(Diagnose, DeviceMismatch) {
+  RunFacts f = healthy_cpu();
+  f.gpu_present = true;
+  std::optional<Finding> x = find(diagnose(f), "device-mismatch");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->recommendation.find("--device cuda"), std::string::npos);
+  EXPECT_TRUE(find(diagnose_environment(f), "device-mismatch").has_value());
+  EXPECT_FALSE(find(diagnose(healthy_gpu()), "device-mismatch").has_value());
+}
+
+TEST(Diagnose, Throttling) {
+  RunFacts f = healthy_gpu();
+  f.throttle_reasons = {"hw_thermal_slowdown", "sw_power_cap"};
+  std::optional<Finding> x = find(diagnose(f), "throttling");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->title.find("hw_thermal_slowdown"), std::string::npos);
+  f.throttle_reasons = {"gpu_idle", "applications_clocks_setting"};
+  EXPECT_FALSE(find(diagnose(f), "throttling").has_value());
+}
+
+TEST(Diagnose, OptimizerOtherAndCommunicationHeavy) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {0.2, 0, 12.0, 0, 0.5});  // optimizer 30%
+  EXPECT_TRUE(find(diagnose(f), "optimizer-heavy").has_value());
+  f.steps = steps(20, 40.0, {0.2, 0, 8.0, 0, 0.5});  // 20%
+  EXPECT_FALSE(find(diagnose(f), "optimizer-heavy").has_value());
+
+  f.steps = steps(20, 40.0, {0.2, 0, 2.0, 0, 6.0});  // other 15%
+  std::optional<Finding> x = find(diagnose(f), "other-heavy");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NEAR(evidence(*x, "other_share"), 15.0, 1e-9);
+  f.steps = steps(20, 40.0, {0.2, 0, 2.0, 0, 3.0});  // 7.5%
+  EXPECT_FALSE(find(diagnose(f), "other-heavy").has_value());
+
+  f.steps = steps(20, 40.0, {0.2, 0, 2.0, 8.0, 0.5});  // all-reduce 20%
+  x = find(diagnose(f), "communication-heavy");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->recommendation.find("--accumulate"), std::string::npos);
+  f.steps = steps(20, 40.0, {0.2, 0, 2.0, 2.0, 0.5});  // 5%
+  EXPECT_FALSE(find(diagnose(f), "communication-heavy").has_value());
+}
+
+TEST(Diagnose, RankSkew) {
+  RunFacts f = healthy_gpu();
+  f.rank_step_ms = {100.0, 101.0, 125.0, 99.0};
+  std::optional<Finding> x = find(diagnose(f), "rank-skew");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(evidence(*x, "slowest_rank"), 2);
+  EXPECT_NEAR(evidence(*x, "skew"), 100.0 * 26.0 / 99.0, 1e-9);
+  f.rank_step_ms = {100.0, 104.0, 108.0, 99.0};
+  EXPECT_FALSE(find(diagnose(f), "rank-skew").has_value());
+  f.rank_step_ms = {100.0};  // one process
+  EXPECT_FALSE(find(diagnose(f), "rank-skew").has_value());
+}
+
+TEST(Diagnose, ThresholdsCanBeChanged) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {1.2, 0, 2.0, 0, 0.5});  // 3%
+  EXPECT_FALSE(find(diagnose(f), "input-bound").has_value());
+  DiagnoseThresholds t;
+  t.input_bound_pct = 2.0;
+  EXPECT_TRUE(find(diagnose(f, t), "input-bound").has_value());
+}
+
+TEST(Diagnose, FindingsRoundTripThroughJson) {
+  RunFacts f = healthy_gpu();
+  f.precision = "fp32";
+  f.steps = steps(20, 40.0, {10.0, 0, 2.0, 0, 0.5});
+  const std::vector<Finding> found = diagnose(f);
+  ASSERT_GE(found.size(), 2u);
+  const nlohmann::json j = findings_to_json(found);
+  EXPECT_EQ(j[0]["severity"], "critical");
+  const std::vector<Finding> back = findings_from_json(j, "plan.json: findings");
+  ASSERT_EQ(back.size(), found.size());
+  for (size_t i = 0; i < found.size(); ++i) {
+    EXPECT_EQ(back[i].rule, found[i].rule);
+    EXPECT_EQ(back[i].severity, found[i].severity);
+    EXPECT_EQ(back[i].title, found[i].title);
+    EXPECT_EQ(back[i].recommendation, found[i].recommendation);
+    ASSERT_EQ(back[i].evidence.size(), found[i].evidence.size());
+    EXPECT_EQ(back[i].evidence[0].value, found[i].evidence[0].value);
+  }
+  nlohmann::json bad = j;
+  bad[1]["severity"] = "dire";
+  try {
+    findings_from_json(bad, "r.json: findings");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("r.json: findings[1].severity"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Diagnose, SeverityNames) {
+  EXPECT_EQ(to_string(Severity::kInfo), "info");
+  EXPECT_EQ(to_string(Severity::kWarning), "warning");
+  EXPECT_EQ(to_string(Severity::kCritical), "critical");
+}
+
+}  // namespace
+}  // namespace saturate
