@@ -99,7 +99,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     import torch
-    import torchvision
+    try:
+        import torchvision
+    except ImportError:
+        sys.exit("loader_vs_torchvision: torchvision is missing; install the build matching the "
+                 "pinned torch into the venv: pip install torchvision==0.26.0 (for torch 2.11)")
     torch.set_num_threads(os.cpu_count())
     make_folder(a.dir, a.images, a.size)
     print("# JPEG folder %s: %d train images %dx%d RGB, crop %d + flip + normalise, batch %d, "

@@ -38,12 +38,16 @@ void jpeg_error_exit(j_common_ptr cinfo) {
   std::longjmp(ctx->jump, 1);
 }
 
-// Warnings go nowhere (the library never prints), except a truncated file: libjpeg pads it with
-// grey and carries on, which would hand training a silently damaged image. Other warnings
-// ("extraneous bytes before marker") are tolerated, as other decoders tolerate them.
+// Warnings go nowhere (the library never prints), except missing image data: a truncated file
+// (JWRN_JPEG_EOF) or entropy-coded data that stops at a marker (JWRN_HIT_MARKER, "premature end
+// of data segment"). libjpeg pads both with grey and carries on, which would hand training a
+// silently damaged image, and lets a 100-byte file claim a 16000-pixel-wide one (the image fuzz
+// target found that). Other warnings ("extraneous bytes before marker") are tolerated, as other
+// decoders tolerate them.
 void jpeg_emit_message(j_common_ptr cinfo, int msg_level) {
   if (msg_level < 0) {
-    if (cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_error_exit(cinfo);
+    const int code = cinfo->err->msg_code;
+    if (code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER) jpeg_error_exit(cinfo);
     ++cinfo->err->num_warnings;
   }
 }

@@ -54,9 +54,10 @@ struct MetricComparison {
 };
 
 struct CompareOptions {
-  /// A throughput change smaller than this is within noise however significant: machines drift
-  /// by a few percent between runs (see bench/RESULTS.md's A/B runs of identical configs).
-  double min_change_pct = 3.0;
+  /// A throughput change smaller than this is within noise however significant. The window test
+  /// sees only the noise inside each run; whole runs drift too: three identical fmnist-cnn
+  /// profiles on the 2-core CI machine differed by up to 4.0% with p = 0.001 (bench/RESULTS.md).
+  double min_change_pct = 5.0;
   /// Significance level of the window test.
   double alpha = 0.01;
   /// Peak memory may grow this much before it is a regression (allocator rounding).

@@ -249,6 +249,15 @@ TEST(ImageFolderSource, CorruptJpegNamesFileAndSample) {
   e = error_of([&] { source.read(3, px.data()); });
   EXPECT_TRUE(contains(e, "image: " + tmp.file("set/cat/003.jpg") + " (sample 3): corrupt JPEG"));
   EXPECT_TRUE(contains(e, "Premature end"));
+
+  // Image data cut short but closed with an end-of-image marker: libjpeg would pad it with grey.
+  std::vector<uint8_t> cut = file_bytes(tmp.file("set/cat/000.jpg"));
+  cut.resize(cut.size() / 2);
+  cut.push_back(0xFF);
+  cut.push_back(0xD9);
+  write_bytes(tmp.file("set/cat/000.jpg"), cut);
+  e = error_of([&] { source.read(0, px.data()); });
+  EXPECT_TRUE(contains(e, "image: " + tmp.file("set/cat/000.jpg") + " (sample 0): corrupt JPEG"));
 }
 
 TEST(ImageFolderSource, TruncatedPngNamesFileAndSample) {
