@@ -37,7 +37,8 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "tune_wall_s",
                                                 // diagnose() findings, added by saturate tune;
                                                 // reports read them, training does not
-                                                "findings"};
+                                                "findings",
+                                                "context"};
 
 bool is_positive(double v) { return v > 0; }
 bool is_non_negative(double v) { return v >= 0; }
@@ -117,6 +118,19 @@ class FieldReader {
     if (!v) return FieldReader(kEmpty, source_, field(key));
     if (!v->is_object()) fail(key, "an object", *v);
     return FieldReader(*v, source_, field(key));
+  }
+
+  /// The array of numbers at `key` (empty when absent).
+  std::vector<double> numbers(const std::string& key) const {
+    std::vector<double> out;
+    const json* v = find(key);
+    if (!v) return out;
+    if (!v->is_array()) fail(key, "an array of numbers", *v);
+    for (const json& x : *v) {
+      if (!x.is_number()) fail(key, "an array of numbers", *v);
+      out.push_back(x.get<double>());
+    }
+    return out;
   }
 
   /// Calls `read(element_reader)` for each object in the array at `key` (none when absent).
@@ -305,6 +319,8 @@ json quality_to_json(const QualityCheck& q) {
           {"tuned", q.tuned},
           {"baseline_loss", q.baseline_loss},
           {"tuned_loss", q.tuned_loss},
+          {"baseline_losses", q.baseline_losses},
+          {"tuned_losses", q.tuned_losses},
           {"tolerance", q.tolerance},
           {"samples", q.samples},
           {"accepted", q.accepted},
@@ -318,6 +334,8 @@ QualityCheck quality_from_json(const FieldReader& r) {
   q.tuned = r.number("tuned", q.tuned);
   q.baseline_loss = r.number("baseline_loss", q.baseline_loss);
   q.tuned_loss = r.number("tuned_loss", q.tuned_loss);
+  q.baseline_losses = r.numbers("baseline_losses");
+  q.tuned_losses = r.numbers("tuned_losses");
   q.tolerance = r.number("tolerance", q.tolerance, is_non_negative, "a non-negative number");
   q.samples = r.integer("samples", q.samples, 0, "a non-negative integer");
   q.accepted = r.boolean("accepted", q.accepted);

@@ -434,6 +434,7 @@ class Tuner {
     const QualityRun b = runner_.train_and_validate(ref, o_.quality_samples);
     q.baseline = b.validation_metric;
     q.baseline_loss = b.final_loss;
+    q.baseline_losses = b.losses;
     plan_.baseline.validation_metric = b.validation_metric;
     plan_.baseline.final_loss = b.final_loss;
     // Candidates from the tuned configuration back towards the user's: first undo the
@@ -467,6 +468,7 @@ class Tuner {
         q.accepted = true;
         q.tuned = t.validation_metric;
         q.tuned_loss = t.final_loss;
+        q.tuned_losses = t.losses;
         plan_.tuned.validation_metric = t.validation_metric;
         plan_.tuned.final_loss = t.final_loss;
         why << ": accepted";
@@ -487,6 +489,7 @@ class Tuner {
       plan_.effective_batch_why = "every tuned candidate failed the quality guard";
       q.tuned = b.validation_metric;
       q.tuned_loss = b.final_loss;
+      q.tuned_losses = b.losses;
       why << "; fell back to " << ref.describe();
     }
     q.why = why.str();

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -736,6 +737,81 @@ def case_pack_bad_spec(tmp):
                        "not found")
     expect_usage_error(["pack", "idx:" + make_idx_dir(tmp), os.path.join(tmp, "o"),
                         "--size", "8x8x1"], "--size")
+
+
+# ---- report ---------------------------------------------------------------------------------------
+
+def browser():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    fail("no headless browser: install chromium (scripts/install-deps does)")
+
+
+def open_in_browser(tmp, html, expect_charts, screenshot):
+    """Loads the report in headless Chromium: no console errors, every chart rendered."""
+    url = "file://" + os.path.abspath(html)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--virtual-time-budget=5000", "--user-data-dir=" + os.path.join(tmp, "chrome")]
+    p = subprocess.run([browser(), *flags, "--enable-logging=stderr", "--v=0", "--dump-dom", url],
+                       capture_output=True, text=True, timeout=120)
+    dom, log = p.stdout, p.stderr
+    console = [l for l in log.splitlines() if ":CONSOLE" in l]
+    if console:
+        fail("the report logged to the console:\n" + "\n".join(console))
+    if 'data-report="done"' not in dom:
+        fail(f"the report's script did not finish (exit {p.returncode}):\n{log[-2000:]}")
+    errors = re.search(r'<div id="errors">([^<]*)</div>', dom)
+    if errors is None or errors.group(1).strip():
+        fail(f"the report shows errors: {errors.group(1) if errors else 'no #errors element'}")
+    rendered = len(re.findall(r'data-rendered="1"', dom))
+    if rendered != expect_charts or dom.count("<svg") < expect_charts:
+        fail(f"{rendered} of {expect_charts} charts rendered ({dom.count('<svg')} svg elements)")
+    subprocess.run([browser(), *flags, "--window-size=1200,2600", "--screenshot=" + screenshot,
+                    url], capture_output=True, timeout=120)
+    if not os.path.isfile(screenshot) or os.path.getsize(screenshot) < 10000:
+        fail(f"no screenshot at {screenshot}")
+
+
+def case_report_html(tmp):
+    code, out, err, plan = small_tune(tmp)
+    if code != 0:
+        fail(f"tune exit {code}\n{err}")
+    html = os.path.join(tmp, "report.html")
+    code, out, err = run("report", plan, "--html", html)
+    if code != 0 or "works offline" not in out:
+        fail(f"report exit {code}\n{out}\n{err}")
+    text = open(html, encoding="utf-8").read()
+    if "http://" in text.split("<script>")[0] or "<script src" in text:
+        fail("the report loads something from outside the file")
+    shots = os.path.dirname(os.path.abspath(ARGS.fixtures))
+    # Stages, throughput and memory against batch size, step breakdown, loss curves.
+    open_in_browser(tmp, html, 5, os.path.join(shots, "report_plan.png"))
+    # A run's steps.jsonl: breakdown, loss and samples/s over the steps.
+    logdir = os.path.join(tmp, "logs")
+    _, _, _ = small_train(tmp, "--logdir", logdir)
+    run_html = os.path.join(tmp, "run.html")
+    code, out, err = run("report", os.path.join(logdir, "steps.jsonl"), "--html", run_html)
+    if code != 0:
+        fail(f"report of a run exit {code}\n{err}")
+    open_in_browser(tmp, run_html, 3, os.path.join(shots, "report_run.png"))
+
+
+def case_report_bad_input(tmp):
+    html = os.path.join(tmp, "r.html")
+    missing = os.path.join(tmp, "missing.json")
+    expect_usage_error(["report", missing, "--html", html], missing)
+    bad = os.path.join(tmp, "steps.jsonl")
+    with open(bad, "w") as f:
+        f.write('{"type": "step", "step": 0, "step_ms": 5, "loss": 1}\n{"type": "st\n')
+    expect_usage_error(["report", bad, "--html", html], bad + ": line 2")
+    other = os.path.join(tmp, "other.json")
+    with open(other, "w") as f:
+        f.write('{"hello": 1}')
+    expect_usage_error(["report", other, "--html", html], "not a plan")
+    if os.path.exists(html):
+        fail("a failed report left a file behind")
 
 
 def main():

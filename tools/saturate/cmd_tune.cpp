@@ -15,6 +15,7 @@
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
+#include "saturate/report/context.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/torch_trial_runner.h"
@@ -179,6 +180,7 @@ int run_tune(const std::vector<std::string>& args) {
   const std::vector<Finding> findings = diagnose(facts);
   nlohmann::json plan_json = to_json(plan);
   plan_json["findings"] = findings_to_json(findings);
+  plan_json["context"] = run_context(probe, choice.device.str());
   write_json_file(out_path, plan_json);
   const double gain = plan.baseline.samples_per_s > 0
                           ? plan.tuned.samples_per_s / plan.baseline.samples_per_s

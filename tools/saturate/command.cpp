@@ -28,6 +28,7 @@ const std::vector<Command>& commands() {
       {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},
       {"pack", "convert a dataset to record files for fast, memory-mapped loading", run_pack},
       {"profile", "run training steps and show where each step's time goes", run_profile},
+      {"report", "write a self-contained HTML report of a plan or a run", run_report},
       {"train", "train a model and report samples/s and accuracy", run_train},
       {"tune", "find the fastest configuration that fits and keeps quality; write a plan", run_tune},
   };

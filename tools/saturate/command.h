@@ -109,6 +109,7 @@ int run_doctor(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
 int run_pack(const std::vector<std::string>& args);
 int run_profile(const std::vector<std::string>& args);
+int run_report(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 int run_tune(const std::vector<std::string>& args);
 

@@ -64,6 +64,7 @@ struct QualityCheck {
   std::string metric = "test_accuracy";
   double baseline = -1, tuned = -1;          ///< validation metric of each
   double baseline_loss = -1, tuned_loss = -1;  ///< mean training loss at the end
+  std::vector<double> baseline_losses, tuned_losses;  ///< training loss per step of each run
   double tolerance = 0.01;  ///< the tuned metric may be at most this much lower (absolute)
   int64_t samples = 0;      ///< training samples each run saw
   bool accepted = false;
