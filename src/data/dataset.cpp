@@ -384,6 +384,23 @@ TensorDataset read_records(const std::string& name, const RecordFileSource& sour
   return split;
 }
 
+// Both record files carry the same class count, and at least 2.
+void check_record_classes(const std::string& spec, const std::vector<std::string>& paths,
+                          const RecordFileSource& train, const RecordFileSource& test) {
+  SATURATE_CHECK(train.num_classes() == test.num_classes(), "data: class counts differ: ", paths[0],
+                 " has ", train.num_classes(), " classes, ", paths[1], " has ", test.num_classes());
+  SATURATE_CHECK(train.num_classes() >= 2, "data: ", spec, ": ", paths[0],
+                 " has 1 class; classification needs at least 2 classes");
+}
+
+// An image folder's training split has at least 2 class folders.
+void check_folder_classes(const std::string& spec, const std::string& dir,
+                          const ImageFolderSource& train) {
+  SATURATE_CHECK(train.num_classes() >= 2, "data: ", spec, ": ", join_path(dir, "train"),
+                 " has 1 class folder (", train.classes()[0],
+                 "); classification needs at least 2 classes");
+}
+
 DatasetSplits load_records(const std::string& spec, const ResolvedSpec& resolved) {
   const std::vector<std::string> paths =
       require_files(spec, resolved.dir, {kRecordFiles[0], kRecordFiles[1]});
@@ -392,10 +409,7 @@ DatasetSplits load_records(const std::string& spec, const ResolvedSpec& resolved
   splits.train = read_records(resolved.label + "/train", train);
   splits.test = read_records(resolved.label + "/test", test);
   check_splits(splits, spec, paths[0], paths[1]);
-  SATURATE_CHECK(train.num_classes() == test.num_classes(), "data: class counts differ: ", paths[0],
-                 " has ", train.num_classes(), " classes, ", paths[1], " has ", test.num_classes());
-  SATURATE_CHECK(train.num_classes() >= 2, "data: ", spec, ": ", paths[0],
-                 " has 1 class; classification needs at least 2 classes");
+  check_record_classes(spec, paths, train, test);
   finish_splits(splits, resolved, train.num_classes());
   return splits;
 }
@@ -475,9 +489,7 @@ DatasetSplits load_folder(const std::string& spec, const ResolvedSpec& resolved)
   DatasetSplits splits;
   splits.train = decode_split(resolved.label + "/train", *sources.train);
   splits.test = decode_split(resolved.label + "/test", *sources.test);
-  SATURATE_CHECK(sources.train->num_classes() >= 2, "data: ", spec, ": ",
-                 join_path(resolved.dir, "train"), " has 1 class folder (",
-                 sources.train->classes()[0], "); classification needs at least 2 classes");
+  check_folder_classes(spec, resolved.dir, *sources.train);
   finish_splits(splits, resolved, sources.train->num_classes());
   return splits;
 }
@@ -532,16 +544,12 @@ OpenedDataset open_dataset(const std::string& spec) {
                  resolved.missing_hint);
   DatasetSplits& splits = opened.splits;
   int64_t num_classes = 0;
-  std::string train_path;
   if (resolved.format == Format::kFolder) {
     ImageFolderOptions options;
     if (!resolved.image_size.empty())
       parse_image_size(resolved.image_size, "data: " + spec, options);
     ImageFolderSplits sources = open_image_folder_splits(resolved.dir, options);
-    train_path = join_path(resolved.dir, "train");
-    SATURATE_CHECK(sources.train->num_classes() >= 2, "data: ", spec, ": ", train_path,
-                   " has 1 class folder (", sources.train->classes()[0],
-                   "); classification needs at least 2 classes");
+    check_folder_classes(spec, resolved.dir, *sources.train);
     splits.test = decode_split(resolved.label + "/test", *sources.test);
     num_classes = sources.train->num_classes();
     opened.train = std::move(sources.train);
@@ -551,17 +559,12 @@ OpenedDataset open_dataset(const std::string& spec) {
     auto train = std::make_unique<RecordFileSource>(paths[0]);
     const RecordFileSource test(paths[1]);
     splits.test = read_records(resolved.label + "/test", test);
-    SATURATE_CHECK(train->num_classes() == test.num_classes(), "data: class counts differ: ",
-                   paths[0], " has ", train->num_classes(), " classes, ", paths[1], " has ",
-                   test.num_classes());
-    SATURATE_CHECK(train->num_classes() >= 2, "data: ", spec, ": ", paths[0],
-                   " has 1 class; classification needs at least 2 classes");
+    check_record_classes(spec, paths, *train, test);
     SATURATE_CHECK(train->size() > 0, "data: ", spec, ": ", paths[0], " has no samples");
     SATURATE_CHECK(train->sample_shape() == splits.test.sample_shape(), "data: ", spec,
                    ": image sizes differ: ", paths[0], " has ",
                    format_shape(train->sample_shape()), ", ", paths[1], " has ",
                    format_shape(splits.test.sample_shape()));
-    train_path = paths[0];
     num_classes = train->num_classes();
     opened.train = std::move(train);
   }

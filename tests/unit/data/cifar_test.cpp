@@ -17,13 +17,9 @@
 namespace saturate {
 namespace {
 
+using testing::contains;
 using testing::error_of;
 using testing::TempDir;
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
 
 // Pixel j of record i in a fixture; `seed` tells files apart.
 uint8_t pixel(int seed, size_t i, size_t j) { return static_cast<uint8_t>(seed * 31 + i * 7 + j); }

@@ -21,11 +21,7 @@ namespace {
 
 using testing::TempDir;
 
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
-
+using testing::contains;
 using testing::error_of;
 
 IdxArray images(int64_t count, int64_t height, int64_t width) {

@@ -39,12 +39,8 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
             static_cast<std::streamsize>(bytes.size()));
 }
 
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
-
 // The message of the saturate::Error that `fn` throws; fails the test if it throws nothing.
+using testing::contains;
 using testing::error_of;
 
 TEST(IdxReader, RoundTripsPlainFile) {

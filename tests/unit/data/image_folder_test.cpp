@@ -25,13 +25,9 @@
 namespace saturate {
 namespace {
 
+using testing::contains;
 using testing::error_of;
 using testing::TempDir;
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
 
 // Interleaved (H × W × C) pixels of a smooth gradient, distinct per `seed` and channel.
 std::vector<uint8_t> gradient(int width, int height, int channels, int seed) {
