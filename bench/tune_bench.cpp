@@ -145,7 +145,7 @@ double measure(saturate::TrialRunner& runner, const TrialConfig& base, int64_t b
 
 // Part (b): one model under one memory limit, on this machine's CPU.
 void real(const std::string& model, const std::string& limit_text, int64_t grid_steps,
-          bool epoch_check, const saturate::DatasetSplits& data) {
+          bool epoch_check, const saturate::TrainingInput& data) {
   const int64_t limit = saturate::parse_bytes(limit_text, "--real");
   auto memory = saturate::make_device_memory(c10::Device("cpu"), limit);
   saturate::TorchTrialRunner runner(model, data, c10::Device("cpu"), *memory, 4096);
@@ -207,7 +207,7 @@ void real(const std::string& model, const std::string& limit_text, int64_t grid_
   if (epoch_check && ours_batch > 0) {
     saturate::TrialConfig c = base;
     c.train.batch_size = ours_batch;
-    const int64_t epoch_steps = (data.train.size() + ours_batch - 1) / ours_batch;
+    const int64_t epoch_steps = (data.source->size() + ours_batch - 1) / ours_batch;
     saturate::TrialRequest req;
     req.config = c;
     req.steps = epoch_steps;
@@ -241,7 +241,9 @@ int main(int argc, char** argv) {
     else if (k == "--epoch-check") epoch_check = v == "1";
   }
   if (!reals.empty()) {
-    const auto data = saturate::load_dataset("fashion-mnist");
+    saturate::InputOptions in;
+    in.data_spec = "fashion-mnist";
+    const saturate::TrainingInput data = saturate::open_training_input(in, /*cuda_device=*/-1);
     for (const std::string& r : reals) {
       const size_t colon = r.find(':');
       real(r.substr(0, colon), r.substr(colon + 1), grid_steps, epoch_check, data);

@@ -8,6 +8,28 @@ double phase_sum_ms(const StepRecord& r) {
          r.communication_ms + r.other_ms;
 }
 
+PhaseBreakdown mean_phases(const std::vector<StepRecord>& records, size_t first) {
+  PhaseBreakdown p;
+  if (first >= records.size()) first = 0;
+  const size_t n = records.size() - first;
+  if (n == 0) return p;
+  for (size_t i = first; i < records.size(); ++i) {
+    const StepRecord& r = records[i];
+    p.data_wait_ms += r.data_wait_ms;
+    p.host_to_device_ms += r.host_to_device_ms;
+    p.forward_ms += r.forward_ms;
+    p.backward_ms += r.backward_ms;
+    p.optimizer_ms += r.optimizer_ms;
+    p.communication_ms += r.communication_ms;
+    p.other_ms += r.other_ms;
+    p.step_ms += r.step_ms;
+  }
+  for (double* f : {&p.data_wait_ms, &p.host_to_device_ms, &p.forward_ms, &p.backward_ms,
+                    &p.optimizer_ms, &p.communication_ms, &p.other_ms, &p.step_ms})
+    *f /= static_cast<double>(n);
+  return p;
+}
+
 void MultiSink::add(TelemetrySink* sink) {
   if (sink) sinks_.push_back(sink);
 }

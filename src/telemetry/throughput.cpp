@@ -5,7 +5,6 @@
 #include <cmath>
 
 namespace saturate {
-namespace {
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -14,7 +13,17 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-}  // namespace
+double relative_standard_error(const std::vector<double>& v, double floor, double fallback) {
+  const size_t n = v.size();
+  if (n < 2) return fallback;
+  double mean = 0, var = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(n);
+  if (!(mean > 0)) return fallback;
+  for (double x : v) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(n - 1);
+  return std::max(floor, std::sqrt(var / static_cast<double>(n)) / mean);
+}
 
 ThroughputStats steady_throughput(const std::vector<StepRecord>& records, int64_t warmup_steps,
                                   int64_t window_steps) {

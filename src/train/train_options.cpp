@@ -54,8 +54,9 @@ void TrainOptions::validate() const {
   SATURATE_CHECK(checkpoint_segments >= 0, "train: --checkpoint-segments must not be negative, got ",
                  checkpoint_segments);
   scaler.validate();
-  SATURATE_CHECK(eval_batch_size > 0, "train: eval batch size must be positive, got ",
+  SATURATE_CHECK(eval_batch_size > 0, "train: --eval-batch-size must be positive, got ",
                  eval_batch_size);
+  SATURATE_CHECK(eval_every >= 0, "train: --eval-every must not be negative, got ", eval_every);
 }
 
 int64_t TrainOptions::total_steps(int64_t train_size) const {

@@ -138,7 +138,6 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
 
 TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, TelemetrySink* sink,
                           const std::atomic<bool>* stop) {
-  const TensorDataset& train = data.train;
   SATURATE_CHECK(batches.batches_per_epoch() > 0, "train: the batch source yields no batches");
   const int64_t total =
       options_.steps > 0 ? options_.steps : options_.epochs * batches.batches_per_epoch();
@@ -170,6 +169,10 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     in_flight.pop_front();
     if (sink) sink->on_step(records.back());
   };
+  // Periodic evaluation: the held-out split when there is one. Its time is not a step's.
+  const bool has_val = data.validation.size() > 0;
+  const TensorDataset& periodic = has_val ? data.validation : data.test;
+  const std::string prefix = has_val ? "val_" : "test_";
   const auto run_start = Clock::now();
   for (int64_t step = 0; step < total; ++step) {
     if (stop && stop->load()) {
@@ -210,6 +213,15 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
            (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
       complete_front();
     }
+    if (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0 && step + 1 < total &&
+        periodic.size() > 0) {
+      while (!in_flight.empty()) complete_front();
+      const EvalResult ev = evaluate(periodic, data.normalize_mean, data.normalize_std);
+      if (sink) {
+        sink->on_eval(step + 1, prefix + "accuracy", ev.accuracy);
+        sink->on_eval(step + 1, prefix + "loss", ev.loss);
+      }
+    }
   }
   while (!in_flight.empty()) complete_front();
   summary.train_wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -221,32 +233,26 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     summary.skipped_steps += r.is_skipped ? 1 : 0;
   }
   summary.loss_scale = state_->scaler->is_enabled() ? state_->scaler->get_scale() : 1.0;
-  // A streamed training split is not in `data`: count epochs in the source's batches.
-  summary.epochs = train.size() > 0 ? static_cast<double>(summary.samples) /
-                                         static_cast<double>(train.size())
-                                   : static_cast<double>(records.size()) /
-                                         static_cast<double>(batches.batches_per_epoch());
+  // Epochs in the source's batches: a streamed or held-out-reduced split is not `data.train`.
+  summary.epochs =
+      static_cast<double>(records.size()) / static_cast<double>(batches.batches_per_epoch());
   summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
   const size_t tail = std::min<size_t>(50, records.size());
   double tail_loss = 0.0;
   for (size_t i = records.size() - tail; i < records.size(); ++i) tail_loss += records[i].loss;
   summary.final_loss = tail ? tail_loss / static_cast<double>(tail) : 0.0;
 
-  const size_t first = records.size() > static_cast<size_t>(options_.timing_warmup_steps)
-                           ? static_cast<size_t>(options_.timing_warmup_steps)
-                           : 0;
-  const double n = static_cast<double>(records.size() - first);
-  for (size_t i = first; i < records.size(); ++i) {
-    const auto& r = records[i];
-    summary.phases.data_wait_ms += r.data_wait_ms / n;
-    summary.phases.host_to_device_ms += r.host_to_device_ms / n;
-    summary.phases.forward_ms += r.forward_ms / n;
-    summary.phases.backward_ms += r.backward_ms / n;
-    summary.phases.optimizer_ms += r.optimizer_ms / n;
-    summary.phases.other_ms += r.other_ms / n;
-    summary.phases.step_ms += r.step_ms / n;
-  }
+  summary.phases = mean_phases(records, static_cast<size_t>(options_.timing_warmup_steps));
 
+  if (options_.evaluate && !summary.is_interrupted && has_val) {
+    const EvalResult ev = evaluate(data.validation, data.normalize_mean, data.normalize_std);
+    summary.val_accuracy = ev.accuracy;
+    summary.val_loss = ev.loss;
+    if (sink) {
+      sink->on_eval(summary.steps, "val_accuracy", ev.accuracy);
+      sink->on_eval(summary.steps, "val_loss", ev.loss);
+    }
+  }
   if (options_.evaluate && !summary.is_interrupted && data.test.size() > 0) {
     EvalResult ev = evaluate(data.test, data.normalize_mean, data.normalize_std);
     summary.test_accuracy = ev.accuracy;
@@ -294,7 +300,8 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
                              double normalize_std) {
   const bool was_training = model_.is_training();
   model_.train(false);
-  torch::NoGradGuard no_grad;
+  // Inference mode: no autograd records and no version counters, less memory than no_grad.
+  c10::InferenceMode inference;
   BatchIteratorOptions it_opts;
   it_opts.batch_size = options_.eval_batch_size;
   it_opts.shuffle = false;

@@ -76,7 +76,10 @@ class Search {
     return t.fits && t.measurement.peak_memory_bytes <= target_;
   }
 
+  bool late() const { return o_.out_of_time && o_.out_of_time(); }
+
   TrialOutcome trial(int64_t batch, int64_t steps, const char* purpose) {
+    if (o_.before_trial) o_.before_trial();
     TrialRequest req;
     req.config = base_;
     req.config.train.batch_size = batch;
@@ -145,6 +148,15 @@ class Search {
                      "% reserve); raise --memory-limit or pick a smaller model");
       b = std::max<int64_t>(1, b / 4);
     }
+    // Time bounds the batch: the probe's rate, doubled for the rise of the curve, says which
+    // batch would take max_step_s per step.
+    if (o_.max_step_s > 0 && !result_.trials.empty()) {
+      const Measurement& m = result_.trials.back().outcome.measurement;
+      if (m.samples_per_s > 0) {
+        const auto by_time = static_cast<int64_t>(2.0 * m.samples_per_s * o_.max_step_s);
+        cap_ = std::max(lo_, std::min(cap_, by_time));
+      }
+    }
     // 2. A second probe four times larger gives the slope; a third, further out, when the
     //    prediction lies far beyond both.
     for (int extra = 0; extra < 2 && lo_ < cap_ && lo_ * 4 < hi_; ++extra) {
@@ -158,7 +170,7 @@ class Search {
     //    most twice); where it overshot, refit once, then bisect.
     int misses = 0, refits = 0;
     int64_t candidate = std::clamp(result_.predicted, int64_t{1}, std::min(cap_, hi_ - 1));
-    for (int guard = 0; guard < 64 && candidate > lo_; ++guard) {
+    for (int guard = 0; guard < 64 && candidate > lo_ && !(late() && lo_ > 0); ++guard) {
       // Several steps: the highest of their peaks decides, and their scatter is the noise.
       const TrialOutcome t = trial(candidate, o_.noise_steps, "verify");
       if (safe(t)) {
@@ -250,7 +262,7 @@ class Search {
     if (const Throughput* t = point(top)) step_noise_ = t->step_noise();
     // Coarse: every quarter below the top until clearly past the best (throughput curves rise,
     // flatten and may fall past a cliff; the walk down crosses the peak once).
-    for (int64_t b = top / 4; b >= o_.min_batch && b >= 1; b /= 4) {
+    for (int64_t b = top / 4; b >= o_.min_batch && b >= 1 && !late(); b /= 4) {
       if (!measure(b)) break;
       if (b != best() && mean(b) < smoothed(best()) * (1.0 - 2.0 * point(b)->noise(step_noise_)))
         break;
@@ -259,7 +271,7 @@ class Search {
     // top (a cliff), √2 and 2^¼.
     for (double step : {2.0, std::sqrt(2.0), std::pow(2.0, 0.25)}) {
       const int64_t center = best();
-      if (center == 0 || (step < 1.4 && center == top)) break;
+      if (center == 0 || (step < 1.4 && center == top) || late()) break;
       const int64_t up = std::min(top, static_cast<int64_t>(std::llround(center * step)));
       const int64_t down = static_cast<int64_t>(std::llround(center / step));
       for (int64_t cand : {up, down}) {
@@ -269,7 +281,7 @@ class Search {
     }
     // Runoff: when the runner-up is within noise of the best, both are measured again, so a
     // single lucky or unlucky measurement does not decide.
-    for (int round = 0; round < o_.max_repeats; ++round) {
+    for (int round = 0; round < o_.max_repeats && !late(); ++round) {
       const int64_t lead = best();
       int64_t second = 0;
       for (const auto& [b, tp] : curve_)
@@ -282,7 +294,7 @@ class Search {
     }
     if (o_.prefer == Prefer::kSmaller) {
       // Walk down by halves from the fastest while within the tolerance.
-      for (int64_t b = best() / 2; b >= o_.min_batch && b >= 1; b /= 2) {
+      for (int64_t b = best() / 2; b >= o_.min_batch && b >= 1 && !late(); b /= 2) {
         if (!measure(b)) break;
         if (mean(b) < mean(best()) * (1.0 - o_.tolerance)) break;
       }

@@ -19,7 +19,8 @@ const std::vector<std::string> kPrecisionNames = {"fp32", "tf32", "bf16", "fp16"
 const std::vector<std::string> kConfigKeys = {
     "batch_size", "precision",    "accumulate", "checkpoint_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
-    "threads",    "workers",      "prefetch",   "seed"};
+    "threads",    "workers",      "prefetch",   "seed",
+    "momentum",   "weight_decay", "eval_batch_size", "eval_every"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -35,6 +36,9 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "quality",
                                                 "probe_steps",
                                                 "tune_wall_s",
+                                                "budget_s",
+                                                "interrupted",
+                                                "input",
                                                 // diagnose() findings, added by saturate tune;
                                                 // reports read them, training does not
                                                 "findings",
@@ -194,7 +198,11 @@ json config_to_json(const TrialConfig& c) {
           {"threads", c.threads},
           {"workers", c.workers},
           {"prefetch", c.prefetch},
-          {"seed", t.seed}};
+          {"seed", t.seed},
+          {"momentum", t.momentum},
+          {"weight_decay", t.weight_decay},
+          {"eval_batch_size", t.eval_batch_size},
+          {"eval_every", t.eval_every}};
 }
 
 // Fields the reader leaves out keep TrainOptions' defaults.
@@ -223,6 +231,11 @@ TrialConfig config_from_json(const FieldReader& r) {
   c.prefetch = static_cast<int>(r.integer("prefetch", c.prefetch, 1, "an integer in [1, 64]"));
   r.check(c.prefetch <= 64, r.field("prefetch"), " must be at most 64, got ", c.prefetch);
   t.seed = r.unsigned_integer("seed", t.seed);
+  t.momentum = r.number("momentum", t.momentum, is_non_negative, "a non-negative number");
+  t.weight_decay =
+      r.number("weight_decay", t.weight_decay, is_non_negative, "a non-negative number");
+  t.eval_batch_size = r.integer("eval_batch_size", t.eval_batch_size, 1, "a positive integer");
+  t.eval_every = r.integer("eval_every", t.eval_every, 0, "a non-negative integer");
   return c;
 }
 
@@ -240,6 +253,7 @@ json result_to_json(const PlanResult& r) {
             {"forward", r.phases.forward_ms},
             {"backward", r.phases.backward_ms},
             {"optimizer", r.phases.optimizer_ms},
+            {"communication", r.phases.communication_ms},
             {"other", r.phases.other_ms},
             {"step", r.phases.step_ms}}}};
 }
@@ -254,12 +268,13 @@ PlanResult result_from_json(const FieldReader& r) {
   p.validation_metric = r.number("validation_metric", p.validation_metric);
   p.final_loss = r.number("final_loss", p.final_loss);
   const FieldReader ph = r.object("phases_ms");
-  PhaseMeans& m = p.phases;
+  PhaseBreakdown& m = p.phases;
   for (auto [key, value] : {std::pair<const char*, double*>{"data_wait", &m.data_wait_ms},
                             {"host_to_device", &m.host_to_device_ms},
                             {"forward", &m.forward_ms},
                             {"backward", &m.backward_ms},
                             {"optimizer", &m.optimizer_ms},
+                            {"communication", &m.communication_ms},
                             {"other", &m.other_ms},
                             {"step", &m.step_ms}}) {
     *value = ph.number(key, *value, is_non_negative, "a non-negative number");
@@ -314,7 +329,12 @@ PlanTrial trial_from_json(const FieldReader& r) {
 }
 
 json quality_to_json(const QualityCheck& q) {
-  return {{"metric", q.metric},
+  return {{"status", q.status},
+          {"metric", q.metric},
+          {"metric_noise", q.metric_noise},
+          {"loss_noise", q.loss_noise},
+          {"val_samples", q.val_samples},
+          {"val_fraction", q.val_fraction},
           {"baseline", q.baseline},
           {"tuned", q.tuned},
           {"baseline_loss", q.baseline_loss},
@@ -329,7 +349,13 @@ json quality_to_json(const QualityCheck& q) {
 
 QualityCheck quality_from_json(const FieldReader& r) {
   QualityCheck q;
+  q.status = r.name("status", q.status, {"accepted", "rejected", "not_run", "unaffordable"});
   q.metric = r.string("metric", q.metric);
+  q.metric_noise = r.number("metric_noise", q.metric_noise);
+  q.loss_noise = r.number("loss_noise", q.loss_noise);
+  q.val_samples = r.integer("val_samples", q.val_samples, 0, "a non-negative integer");
+  q.val_fraction = r.number("val_fraction", q.val_fraction, [](double v) { return v >= 0 && v < 0.5; },
+                            "a fraction in [0, 0.5)");
   q.baseline = r.number("baseline", q.baseline);
   q.tuned = r.number("tuned", q.tuned);
   q.baseline_loss = r.number("baseline_loss", q.baseline_loss);
@@ -365,7 +391,11 @@ nlohmann::json to_json(const Plan& plan) {
       {"trials", trials},
       {"quality", quality_to_json(plan.quality)},
       {"probe_steps", plan.probe_steps},
-      {"tune_wall_s", plan.tune_wall_s}};
+      {"tune_wall_s", plan.tune_wall_s},
+      {"budget_s", plan.budget_s},
+      {"interrupted", plan.interrupted},
+      {"input",
+       {{"crop", plan.crop}, {"pad", plan.pad}, {"flip", plan.flip}, {"cache", plan.cache}}}};
 }
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
@@ -401,6 +431,14 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
   p.quality = quality_from_json(r.object("quality"));
   p.probe_steps = r.integer("probe_steps", p.probe_steps, 0, "a non-negative integer");
   p.tune_wall_s = r.number("tune_wall_s", p.tune_wall_s, is_non_negative, "a non-negative number");
+  p.budget_s = r.number("budget_s", p.budget_s, is_non_negative, "a non-negative number");
+  p.interrupted = r.boolean("interrupted", p.interrupted);
+  const FieldReader in = r.object("input");
+  in.check_keys({"crop", "pad", "flip", "cache"});
+  p.crop = in.integer("crop", p.crop, 0, "a non-negative integer");
+  p.pad = in.integer("pad", p.pad, 0, "a non-negative integer");
+  p.flip = in.boolean("flip", p.flip);
+  p.cache = in.string("cache", p.cache);
   return p;
 }
 

@@ -8,17 +8,12 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
+#include "saturate/telemetry/throughput.h"
 
 namespace saturate {
 namespace {
 
 bool is_reduced(Precision p) { return p == Precision::kBf16 || p == Precision::kFp16; }
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -124,7 +119,8 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
   m.step_samples_per_s = timed;
   if (seconds > 0) {
     m.samples_per_s = samples / seconds;
-    m.step_ms = 1000.0 * seconds / static_cast<double>(timed.size());
+    PhaseBreakdown& ph = m.phases;
+    ph.step_ms = 1000.0 * seconds / static_cast<double>(timed.size());
     // Data wait: the part of the input pipeline's time that compute does not hide.
     const double batch = static_cast<double>(c.train.batch_size);
     const double data_ms = profile_.data_us_per_sample * 1e-3 * batch;
@@ -132,31 +128,39 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
         1000.0 * batch * (1.0 / sps_without_data(profile_, c));
     const int w = std::min(c.workers, profile_.cores);
     const double wait = w == 0 ? data_ms : std::max(0.0, data_ms / w - compute_ms);
-    m.data_wait_ms = std::min(m.step_ms, wait);
-    const double rest = m.step_ms - m.data_wait_ms;
-    m.forward_ms = rest / 3.0;
-    m.backward_ms = rest / 2.0;
-    m.optimizer_ms = rest - m.forward_ms - m.backward_ms;
+    ph.data_wait_ms = std::min(ph.step_ms, wait);
+    const double rest = ph.step_ms - ph.data_wait_ms;
+    ph.forward_ms = rest / 3.0;
+    ph.backward_ms = rest / 2.0;
+    ph.optimizer_ms = rest - ph.forward_ms - ph.backward_ms;
     const auto [lo, hi] = std::minmax_element(timed.begin(), timed.end());
-    m.spread = (*hi - *lo) / median_of(timed);
+    m.spread = (*hi - *lo) / median(timed);
   }
   m.loss = 1.0;
   return out;
 }
 
 QualityRun SimulatedDevice::train_and_validate(const TrialConfig& c, int64_t samples) {
-  SATURATE_CHECK(profile_.worst_peak_bytes(c) <= profile_.limit_bytes,
-                 "tune: quality run of a configuration that does not fit (", c.describe(), ")");
+  QualityRun q;
+  if (profile_.worst_peak_bytes(c) > profile_.limit_bytes) {
+    q.fits = false;
+    return q;
+  }
   // Distance from the sweet spot in octaves of lr per sample (the linear-scaling rule for SGD
   // keeps it; for AdamW the square-root rule lands half-way, which this model tolerates).
   const double per_sample = c.train.lr / static_cast<double>(c.train.batch_size);
   const double octaves = std::fabs(std::log2(per_sample / profile_.best_lr_per_sample));
   const double tolerance = c.train.optimizer == OptimizerKind::kAdamW ? 2.0 : 1.0;
   const double excess = std::max(0.0, octaves - tolerance);
-  QualityRun q;
   q.samples = samples;
-  q.validation_metric = std::max(0.1, 0.92 - 0.04 * excess -
+  q.peak_memory_bytes = profile_.worst_peak_bytes(c);
+  q.wall_s = static_cast<double>(samples) / std::max(1e-9, profile_.true_samples_per_s(c));
+  // Seed-to-seed scatter: a fixed draw per seed, so a rerun of the same seed agrees.
+  std::mt19937_64 seed_rng(c.train.seed * 0x9E3779B97F4A7C15ULL + 7);
+  const double seed_jitter = std::normal_distribution<double>(0.0, profile_.metric_noise)(seed_rng);
+  q.validation_metric = std::max(0.1, 0.92 - 0.04 * excess + seed_jitter -
                                           (is_reduced(c.train.precision) ? profile_.reduced_precision_penalty : 0.0));
+  q.validation_loss = 0.3 + 0.1 * excess - seed_jitter;
   q.final_loss = 0.25 + 0.1 * excess;
   const int64_t steps = std::max<int64_t>(1, samples / c.train.batch_size);
   std::normal_distribution<double> jitter(0.0, 0.01);

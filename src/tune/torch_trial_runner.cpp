@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 
@@ -14,6 +15,7 @@
 #include "saturate/device/device_memory.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/telemetry/throughput.h"
 #include "saturate/train/probe.h"
 #include "saturate/train/trainer.h"
 
@@ -38,72 +40,45 @@ int64_t available_host_bytes() {
   return pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes : 0;
 }
 
-LoaderOptions loader_options(const TrialConfig& c, const DatasetSplits& data,
-                             const c10::Device& device) {
-  LoaderOptions o;
-  o.batch_size = c.train.batch_size;
-  o.seed = c.train.seed;
-  o.workers = c.workers;
-  o.prefetch = c.prefetch;
-  o.pin_memory = device.is_cuda();
-  o.cuda_device = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
-  o.transform.mean = data.normalize_mean;
-  o.transform.std = data.normalize_std;
-  return o;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
   Measurement m;
   double samples = 0, ms = 0, loss = 0;
-  size_t timed = 0;
   for (size_t i = 0; i < records.size(); ++i) {
     const StepRecord& r = records[i];
     m.peak_memory_bytes = std::max(m.peak_memory_bytes, r.mem_peak_bytes);
     loss += r.loss;
     if (static_cast<int64_t>(i) < warmup || r.step_ms <= 0) continue;
-    ++timed;
     samples += static_cast<double>(r.samples);
     ms += r.step_ms;
     m.step_samples_per_s.push_back(1000.0 * static_cast<double>(r.samples) / r.step_ms);
-    m.data_wait_ms += r.data_wait_ms;
-    m.host_to_device_ms += r.host_to_device_ms;
-    m.forward_ms += r.forward_ms;
-    m.backward_ms += r.backward_ms;
-    m.optimizer_ms += r.optimizer_ms;
-    m.other_ms += r.other_ms;
-    m.step_ms += r.step_ms;
   }
   if (!records.empty()) m.loss = loss / static_cast<double>(records.size());
-  if (timed > 0) {
-    const double n = static_cast<double>(timed);
+  if (!m.step_samples_per_s.empty()) {
     m.samples_per_s = 1000.0 * samples / ms;
-    for (double* f : {&m.data_wait_ms, &m.host_to_device_ms, &m.forward_ms, &m.backward_ms,
-                      &m.optimizer_ms, &m.other_ms, &m.step_ms})
-      *f /= n;
-    const auto [lo, hi] = std::minmax_element(m.step_samples_per_s.begin(), m.step_samples_per_s.end());
-    m.spread = (*hi - *lo) / median_of(m.step_samples_per_s);
+    m.phases = mean_phases(records, static_cast<size_t>(std::max<int64_t>(0, warmup)));
+    const auto [lo, hi] =
+        std::minmax_element(m.step_samples_per_s.begin(), m.step_samples_per_s.end());
+    m.spread = (*hi - *lo) / median(m.step_samples_per_s);
   }
   return m;
 }
 
 }  // namespace
 
-TorchTrialRunner::TorchTrialRunner(std::string model_spec, const DatasetSplits& data,
+TorchTrialRunner::TorchTrialRunner(std::string model_spec, const TrainingInput& input,
                                    c10::Device device, DeviceMemory& memory, int64_t max_batch)
-    : model_spec_(std::move(model_spec)), data_(data), device_(device), memory_(memory) {
-  SATURATE_CHECK(data.train.size() > 0, "tune: the training split of ", data.description,
-                 " is empty");
+    : model_spec_(std::move(model_spec)), input_(input), device_(device), memory_(memory) {
+  SATURATE_CHECK(input.source && input.source->size() > 0, "tune: the training split of ",
+                 input.splits.description, " is empty");
   limit_bytes_ = memory.limit_bytes();
   if (limit_bytes_ <= 0) limit_bytes_ = available_host_bytes();
   SATURATE_CHECK(limit_bytes_ > 0, "tune: cannot tell how much memory there is; give --memory-limit");
-  max_batch_ = std::max<int64_t>(1, std::min(max_batch, data.train.size()));
-  source_ = make_sample_source(data.train);
+  max_batch_ = std::max<int64_t>(1, std::min(max_batch, input.source->size()));
+  eval_.normalize_mean = input.splits.normalize_mean;
+  eval_.normalize_std = input.splits.normalize_std;
+  eval_.description = input.splits.description;
+  eval_.validation = input.splits.validation.size() > 0 ? input.splits.validation
+                                                        : input.splits.test;
 }
 
 TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
@@ -124,10 +99,12 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
     p = probe_once(
         [&] {
           seed_everything(o.seed);
-          model = make_model(model_spec_, {data_.train.sample_shape(), data_.train.num_classes});
+          model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
           trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
-          Loader loader(*source_, loader_options(c, data_, device_));  // its buffers count too
-          trainer->fit(loader, data_, &sink);
+          // The pipeline train builds; its buffers count too.
+          Loader loader(*input_.source,
+                        input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
+          trainer->fit(loader, eval_, &sink);
         },
         memory_);
   } catch (const Error&) {
@@ -157,15 +134,35 @@ QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t sa
   o.steps = std::max<int64_t>(1, (samples + o.batch_size - 1) / o.batch_size);
   o.evaluate = true;
   o.timing_warmup_steps = 0;
-  seed_everything(o.seed);
-  auto model = make_model(model_spec_, {data_.train.sample_shape(), data_.train.num_classes});
-  Trainer trainer(*model, o, device_, &memory_);
   MemorySink sink;
-  Loader loader(*source_, loader_options(c, data_, device_));
-  const TrainSummary s = trainer.fit(loader, data_, &sink);
+  TrainSummary s;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Trainer> trainer;
+  const auto start = std::chrono::steady_clock::now();
+  // Out of memory in a quality run (evaluation included) is a value, as in a trial.
+  const ProbeResult p = probe_once(
+      [&] {
+        seed_everything(o.seed);
+        model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
+        trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
+        Loader loader(*input_.source,
+                      input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
+        s = trainer->fit(loader, eval_, &sink);
+      },
+      memory_);
+  trainer.reset();
+  model.reset();
+  memory_.release_cached();
   QualityRun q;
+  q.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  q.peak_memory_bytes = std::max(p.peak_bytes, s.peak_memory_bytes);
+  if (p.outcome != ProbeOutcome::kFits) {
+    q.fits = false;
+    return q;
+  }
   q.samples = s.samples;
-  q.validation_metric = std::isnan(s.test_accuracy) ? 0.0 : s.test_accuracy;
+  q.validation_metric = std::isnan(s.val_accuracy) ? 0.0 : s.val_accuracy;
+  q.validation_loss = std::isnan(s.val_loss) ? 0.0 : s.val_loss;
   for (const StepRecord& r : sink.records()) q.losses.push_back(r.loss);
   // The mean over the last fifth of the steps: runs of different batch sizes see the same
   // samples in different numbers of steps, so a fixed step count would not compare.

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
+#include "saturate/telemetry/throughput.h"
 
 namespace saturate {
 
@@ -42,16 +44,10 @@ using Clock = std::chrono::steady_clock;
 std::string pct(double fraction) { return format_fixed(100.0 * fraction, 1) + "%"; }
 
 // Relative standard error of a measurement's mean, from its timed steps.
-double noise_of(const Measurement& m) {
-  const auto& s = m.step_samples_per_s;
-  if (s.size() < 2 || m.samples_per_s <= 0) return 0.05;
-  double mean = 0, var = 0;
-  for (double x : s) mean += x;
-  mean /= static_cast<double>(s.size());
-  for (double x : s) var += (x - mean) * (x - mean);
-  var /= static_cast<double>(s.size() - 1);
-  return std::max(0.005, std::sqrt(var / static_cast<double>(s.size())) / mean);
-}
+double noise_of(const Measurement& m) { return relative_standard_error(m.step_samples_per_s); }
+
+// Thrown at a trial boundary once the stop flag is set; tune() returns the plan so far.
+struct Interrupted {};
 
 class Tuner {
  public:
@@ -65,38 +61,80 @@ class Tuner {
   }
 
   Plan run() {
-    check();
-    baseline();
-    if (!over_budget("precision")) precision();
-    batch_size();
-    if (!over_budget("memory_savers")) memory_savers();
-    if (o_.max_workers > 0 && !over_budget("input_pipeline")) input_pipeline();
-    if (!o_.threads.empty() && !over_budget("threads")) threads();
-    quality_guard();
-    const TrialOutcome& tuned = measured(current_, "tuned");
+    try {
+      check();
+      baseline();
+      if (!over_budget("precision")) precision();
+      if (!over_budget("batch_size")) batch_size();
+      if (!over_budget("memory_savers")) memory_savers();
+      if (o_.max_workers > 0 && !over_budget("input_pipeline")) input_pipeline();
+      if (!o_.threads.empty() && !over_budget("threads")) threads();
+      quality_guard();
+    } catch (const Interrupted&) {
+      plan_.interrupted = true;
+      plan_.quality.status = "not_run";
+      plan_.quality.why = "not run: interrupted";
+      finish_stage("interrupted", sps(current_out_), sps(current_out_), false,
+                   "stopped at a trial boundary (Ctrl-C); the plan holds the stages so far");
+    }
+    // Whatever a stage or the guard settled on must have measured under the limit less the
+    // reserve; otherwise the last configuration that did stands.
+    if (!safe(current_out_) && has_safe_) {
+      finish_stage("memory_check", sps(current_out_), sps(last_safe_out_), true,
+                   current_.describe() + " peaked at " +
+                       format_bytes(current_out_.measurement.peak_memory_bytes) + ", above " +
+                       format_bytes(target_bytes()) + ": back to " + last_safe_.describe());
+      current_ = last_safe_;
+      current_out_ = last_safe_out_;
+    }
+    const TrialOutcome& tuned = current_out_;
     plan_.config = current_;
     plan_.tuned.samples_per_s = tuned.measurement.samples_per_s;
     plan_.tuned.spread = tuned.measurement.spread;
     plan_.tuned.peak_memory_bytes = tuned.measurement.peak_memory_bytes;
-    plan_.tuned.phases = phase_means(tuned.measurement);
+    plan_.tuned.phases = tuned.measurement.phases;
     plan_.tune_wall_s = elapsed_s();
+    plan_.budget_s = o_.budget_s;
     for (const PlanTrial& t : plan_.trials) plan_.probe_steps += t.steps;
     return std::move(plan_);
   }
 
  private:
   double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-
-  bool over_budget(const char* stage) {
-    if (o_.budget_s <= 0 || elapsed_s() <= o_.budget_s) return false;
-    finish_stage(stage, sps(current_out_), sps(current_out_), false,
-                 "skipped: the --budget-s " + format_fixed(o_.budget_s, 0) + " s is spent");
-    return true;
+  double left_s() const {
+    return o_.budget_s > 0 ? o_.budget_s - elapsed_s() : std::numeric_limits<double>::infinity();
+  }
+  bool search_time_spent() const {
+    return o_.budget_s > 0 && elapsed_s() > o_.search_share * o_.budget_s;
+  }
+  void check_stop() const {
+    if (o_.stop && o_.stop->load()) throw Interrupted{};
+  }
+  int64_t target_bytes() const {
+    return static_cast<int64_t>(static_cast<double>(runner_.memory_limit_bytes()) *
+                                (1.0 - o_.search.reserve));
+  }
+  bool safe(const TrialOutcome& t) const {
+    return t.fits && t.measurement.peak_memory_bytes <= target_bytes();
+  }
+  // The configuration of every stage passes through here: the last one that measured safe is
+  // kept for the final memory check.
+  void adopt(const TrialConfig& c, const TrialOutcome& t) {
+    current_ = c;
+    current_out_ = t;
+    if (safe(t)) {
+      last_safe_ = c;
+      last_safe_out_ = t;
+      has_safe_ = true;
+    }
   }
 
-  static PhaseMeans phase_means(const Measurement& m) {
-    return {m.data_wait_ms, m.host_to_device_ms, m.forward_ms, m.backward_ms,
-            m.optimizer_ms, m.other_ms, m.step_ms};
+  bool over_budget(const char* stage) {
+    if (!search_time_spent()) return false;
+    finish_stage(stage, sps(current_out_), sps(current_out_), false,
+                 "skipped: " + format_fixed(100 * o_.search_share, 0) + "% of the --budget-s " +
+                     format_fixed(o_.budget_s, 0) + " s is spent; the rest is the guard's");
+    return true;
   }
 
   static double sps(const TrialOutcome& t) { return t.fits ? t.measurement.samples_per_s : 0.0; }
@@ -120,6 +158,7 @@ class Tuner {
     const std::string key = c.describe();
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
+    check_stop();
     TrialRequest req;
     req.config = c;
     req.steps = o_.measure_steps;
@@ -131,7 +170,7 @@ class Tuner {
 
   // Faster by at least min_gain and by more than twice the combined noise.
   bool better(const TrialOutcome& a, const TrialOutcome& b) const {
-    if (!a.fits) return false;
+    if (!safe(a)) return false;
     if (!b.fits) return true;
     const double gain = sps(a) / sps(b) - 1.0;
     const double noise = std::hypot(noise_of(a.measurement), noise_of(b.measurement));
@@ -146,11 +185,12 @@ class Tuner {
   }
 
   static std::string breakdown(const Measurement& m) {
-    if (m.step_ms <= 0) return "";
-    auto share = [&](double ms) { return pct(ms / m.step_ms); };
-    return "; step " + format_fixed(m.step_ms, 1) + " ms: data " + share(m.data_wait_ms) +
-           ", forward " + share(m.forward_ms) + ", backward " + share(m.backward_ms) +
-           ", optimizer " + share(m.optimizer_ms);
+    const PhaseBreakdown& p = m.phases;
+    if (p.step_ms <= 0) return "";
+    auto share = [&](double ms) { return pct(ms / p.step_ms); };
+    return "; step " + format_fixed(p.step_ms, 1) + " ms: data " + share(p.data_wait_ms) +
+           ", forward " + share(p.forward_ms) + ", backward " + share(p.backward_ms) +
+           ", optimizer " + share(p.optimizer_ms);
   }
 
   // Stage 1: one step of one sample must run and fit, or nothing else can.
@@ -161,6 +201,7 @@ class Tuner {
     req.config.train.accumulate = 1;
     req.steps = 1;
     req.warmup_steps = 0;
+    check_stop();
     const TrialOutcome t = runner_.run(req);
     record("check", "one sample", req.config, t);
     const auto target = static_cast<int64_t>(static_cast<double>(runner_.memory_limit_bytes()) *
@@ -173,13 +214,12 @@ class Tuner {
   }
 
   void baseline() {
-    current_ = base_;
-    current_out_ = measured(base_, "baseline");
+    adopt(base_, measured(base_, "baseline"));
     base_fits_ = current_out_.fits;
     plan_.baseline.samples_per_s = sps(current_out_);
     plan_.baseline.spread = current_out_.measurement.spread;
     plan_.baseline.peak_memory_bytes = current_out_.measurement.peak_memory_bytes;
-    plan_.baseline.phases = phase_means(current_out_.measurement);
+    plan_.baseline.phases = current_out_.measurement.phases;
     const std::string why =
         base_fits_ ? base_.describe() + ": " + format_fixed(sps(current_out_), 1) +
                          " samples/s, peak " +
@@ -224,13 +264,19 @@ class Tuner {
                    : ": kept " + to_string(at.train.precision) +
                          " (nothing faster by at least " + pct(o_.min_gain) + " beyond noise)";
     finish_stage("precision", sps(at_out), sps(best_out), changed, why);
-    current_.train.precision = best.train.precision;
-    if (base_fits_) current_out_ = measured(current_, "precision");
+    TrialConfig next = current_;
+    next.train.precision = best.train.precision;
+    if (base_fits_) adopt(next, measured(next, "precision"));
+    else current_ = next;
   }
 
   void batch_size() {
     const double before = sps(current_out_);
-    const BatchSearchResult r = search_batch_size(runner_, current_, o_.search);
+    BatchSearchOptions so = o_.search;
+    so.before_trial = [this] { check_stop(); };
+    so.out_of_time = [this] { return search_time_spent(); };
+    if (o_.budget_s > 0) so.max_step_s = o_.budget_s * o_.search_share / 40.0;
+    const BatchSearchResult r = search_batch_size(runner_, current_, so);
     for (const SearchTrial& t : r.trials) record("batch_size", t.purpose, t.config, t.outcome);
     search_ = r;
     const int64_t user = base_.train.batch_size;
@@ -282,8 +328,7 @@ class Tuner {
     finish_stage("batch_size", before, sps(out), next.describe() != current_.describe(),
                  why + "; effective batch " + plan_.effective_batch + ": " +
                      plan_.effective_batch_why);
-    current_ = next;
-    current_out_ = out;
+    adopt(next, out);
   }
 
   // The search's own measurement of its chosen batch stands for the configuration.
@@ -333,8 +378,7 @@ class Tuner {
                  "accumulation " + std::to_string(current_.train.accumulate) + "× " +
                      format_fixed(before, 1) + " samples/s; " + tried.str() +
                      (changed ? ": checkpointing wins" : ": kept accumulation"));
-    current_ = best;
-    current_out_ = best_out;
+    adopt(best, best_out);
   }
 
   // Hill-climbs the input pipeline's workers (1, 2, 4, … up to max_workers, each with as many
@@ -344,7 +388,7 @@ class Tuner {
     const double before = sps(current_out_);
     auto wait_share = [](const TrialOutcome& t) {
       const Measurement& m = t.measurement;
-      return m.step_ms > 0 ? m.data_wait_ms / m.step_ms : 0.0;
+      return m.phases.step_ms > 0 ? m.phases.data_wait_ms / m.phases.step_ms : 0.0;
     };
     const double share = wait_share(current_out_);
     if (share <= o_.data_wait_target) {
@@ -374,8 +418,7 @@ class Tuner {
                      std::to_string(current_.workers) + " workers; " + tried.str() +
                      (changed ? ": " + std::to_string(best.workers) + " workers"
                               : ": kept " + std::to_string(current_.workers) + " workers"));
-    current_ = best;
-    current_out_ = best_out;
+    adopt(best, best_out);
   }
 
   void threads() {
@@ -399,8 +442,7 @@ class Tuner {
     finish_stage("threads", before, sps(best_out), changed,
                  tried.str() + (changed ? ": " + std::to_string(best.threads) + " threads"
                                         : ": kept the current threads"));
-    current_ = best;
-    current_out_ = best_out;
+    adopt(best, best_out);
   }
 
   // The configuration the user would have trained: the base, or when it does not fit, the base
@@ -414,29 +456,50 @@ class Tuner {
     return ref;
   }
 
+  // The user's optimisation with this tune's math-preserving settings: the input pipeline and
+  // threads (the Loader's batches do not depend on its workers) and, where the batch does not
+  // fit at once, accumulation. Guard runs use it as their baseline; an unaffordable or failed
+  // guard falls back to it.
+  TrialConfig safe_reference() const {
+    TrialConfig ref = reference();
+    ref.workers = current_.workers;
+    ref.prefetch = current_.prefetch;
+    ref.threads = current_.threads;
+    return ref;
+  }
+
+  // Samples/s of a configuration as measured so far (0 when it has not been).
+  double known_sps(const TrialConfig& c) const {
+    auto it = cache_.find(c.describe());
+    return it == cache_.end() ? 0.0 : sps(it->second);
+  }
+
+  void fall_back(const TrialConfig& ref, const std::string& why_policy) {
+    const TrialOutcome& out = measured(ref, "quality_guard");
+    plan_.effective_batch = ref.train.accumulate > 1 ? "kept" : "unchanged";
+    plan_.effective_batch_why = why_policy;
+    adopt(ref, out);
+  }
+
   void quality_guard() {
     QualityCheck& q = plan_.quality;
     q.tolerance = o_.quality_tolerance;
-    q.samples = o_.quality_samples;
     const double after = sps(current_out_);
     if (o_.quality_samples <= 0) {
-      q.why = "not run (no quality samples)";
+      q.status = "not_run";
+      q.why = "not run (no quality samples asked for)";
       finish_stage("quality_guard", after, after, false, q.why);
       return;
     }
-    if (current_.describe() == base_.describe() && current_.train.lr == base_.train.lr) {
+    if (current_.train.batch_size == base_.train.batch_size &&
+        current_.train.precision == base_.train.precision && current_.train.lr == base_.train.lr) {
       q.accepted = true;
-      q.why = "nothing changed";
+      q.status = "not_run";
+      q.why = "nothing to check: batch, precision and learning rate are the user's";
       finish_stage("quality_guard", after, after, false, q.why);
       return;
     }
-    const TrialConfig ref = reference();
-    const QualityRun b = runner_.train_and_validate(ref, o_.quality_samples);
-    q.baseline = b.validation_metric;
-    q.baseline_loss = b.final_loss;
-    q.baseline_losses = b.losses;
-    plan_.baseline.validation_metric = b.validation_metric;
-    plan_.baseline.final_loss = b.final_loss;
+    const TrialConfig ref = safe_reference();
     // Candidates from the tuned configuration back towards the user's: first undo the
     // effective-batch change, then the precision.
     std::vector<TrialConfig> candidates = {current_};
@@ -445,6 +508,7 @@ class Tuner {
       c.train.batch_size = ref.train.batch_size;
       c.train.lr = ref.train.lr;
       c.train.accumulate = ref.train.accumulate;
+      c.train.warmup_steps = ref.train.warmup_steps;
       candidates.push_back(c);
     }
     if (current_.train.precision != ref.train.precision) {
@@ -452,20 +516,92 @@ class Tuner {
       c.train.precision = ref.train.precision;
       candidates.push_back(c);
     }
+    // Size the runs to the budget left: two baseline seeds (the metric's own noise) and every
+    // candidate, each costing samples / samples/s and a margin for building and evaluating.
+    const double slowest = std::max(1e-9, std::min(sps(current_out_), std::max(
+        known_sps(ref), plan_.baseline.samples_per_s)));
+    double seconds_per_sample = 0;
+    for (const TrialConfig* c : {&ref, &ref}) {
+      const double v = known_sps(*c);
+      seconds_per_sample += 1.0 / (v > 0 ? v : slowest);
+    }
+    int64_t largest_batch = ref.train.batch_size;
+    for (const TrialConfig& c : candidates) {
+      const double v = known_sps(c);
+      seconds_per_sample += 1.0 / (v > 0 ? v : slowest);
+      largest_batch = std::max(largest_batch, c.train.batch_size);
+    }
+    const double left = left_s();
+    const int64_t needed = o_.min_quality_steps * largest_batch;
+    int64_t samples = std::max(o_.quality_samples, needed);
+    if (std::isfinite(left)) {
+      const double affordable = std::max(0.0, 0.8 * left) / (1.15 * seconds_per_sample);
+      samples = static_cast<int64_t>(std::min(static_cast<double>(samples), affordable));
+    }
+    if (samples < needed) {
+      q.status = "unaffordable";
+      q.why = "not run: " + format_fixed(std::max(0.0, left), 0) + " s of the --budget-s " +
+              format_fixed(o_.budget_s, 0) + " s is left, enough for " +
+              std::to_string(std::max<int64_t>(0, samples)) + " training samples per run (" +
+              std::to_string(2 + candidates.size()) + " runs); a meaningful guard needs " +
+              std::to_string(needed) + " (" + std::to_string(o_.min_quality_steps) +
+              " steps of batch " + std::to_string(largest_batch) +
+              "); kept only changes that leave the optimisation as it was: " + ref.describe();
+      fall_back(ref, "the quality guard could not run in the budget, so the batch, precision "
+                     "and learning rate stay yours");
+      finish_stage("quality_guard", after, sps(current_out_), true, q.why);
+      return;
+    }
+    q.samples = samples;
+    check_stop();
+    const QualityRun b = runner_.train_and_validate(ref, samples);
+    check_stop();
+    TrialConfig ref2 = ref;
+    ref2.train.seed = ref.train.seed + 1;
+    const QualityRun b2 = runner_.train_and_validate(ref2, samples);
+    if (!b.fits || !b2.fits) {
+      q.status = "rejected";
+      q.why = "the baseline ran out of memory in its quality run; kept " + ref.describe();
+      fall_back(ref, "the quality guard could not run the baseline");
+      finish_stage("quality_guard", after, sps(current_out_), true, q.why);
+      return;
+    }
+    q.baseline = b.validation_metric;
+    q.baseline_loss = b.final_loss;
+    q.baseline_losses = b.losses;
+    q.metric_noise = std::fabs(b.validation_metric - b2.validation_metric);
+    q.loss_noise = b.final_loss > 0 ? std::fabs(b.final_loss - b2.final_loss) / b.final_loss : 0;
+    // A tolerance tighter than the metric's scatter between seeds would reject by chance.
+    const double metric_tol = std::max(o_.quality_tolerance, 2.0 * q.metric_noise);
+    const double loss_tol = std::max(o_.loss_tolerance, 2.0 * q.loss_noise);
+    q.tolerance = metric_tol;
+    plan_.baseline.validation_metric = b.validation_metric;
+    plan_.baseline.final_loss = b.final_loss;
     std::ostringstream why;
+    why << samples << " training samples per run; seed-to-seed noise " << q.metric
+        << " " << format_fixed(100 * q.metric_noise, 2) << " points, loss "
+        << pct(q.loss_noise) << ": rejects an accuracy drop above "
+        << format_fixed(100 * metric_tol, 2) << " points or a loss rise above " << pct(loss_tol);
     for (size_t i = 0; i < candidates.size(); ++i) {
       const TrialConfig& c = candidates[i];
-      const QualityRun t = runner_.train_and_validate(c, o_.quality_samples);
-      const bool metric_ok = t.validation_metric >= b.validation_metric - o_.quality_tolerance;
+      check_stop();
+      const QualityRun t = runner_.train_and_validate(c, samples);
+      why << "; " << c.describe() << ", lr " << format_fixed(c.train.lr, 6) << ": ";
+      if (!t.fits || (t.peak_memory_bytes > 0 && t.peak_memory_bytes > target_bytes())) {
+        why << "rejected (out of memory in its quality run)";
+        continue;
+      }
+      const bool finite = std::isfinite(t.final_loss) && std::isfinite(t.validation_metric);
+      const bool metric_ok = finite && t.validation_metric >= b.validation_metric - metric_tol;
       // Relative, with an absolute floor: near-zero losses differ by large ratios of nothing.
       const bool loss_ok =
-          t.final_loss <= b.final_loss + std::max(o_.loss_tolerance * b.final_loss, 0.01);
-      why << (i ? "; " : "") << c.describe() << ": " << q.metric << " "
-          << format_fixed(100 * t.validation_metric, 2) << "% vs "
+          finite && t.final_loss <= b.final_loss + std::max(loss_tol * b.final_loss, 0.01);
+      why << q.metric << " " << format_fixed(100 * t.validation_metric, 2) << "% vs "
           << format_fixed(100 * b.validation_metric, 2) << "%, loss "
           << format_fixed(t.final_loss, 4) << " vs " << format_fixed(b.final_loss, 4);
       if (metric_ok && loss_ok) {
         q.accepted = true;
+        q.status = "accepted";
         q.tuned = t.validation_metric;
         q.tuned_loss = t.final_loss;
         q.tuned_losses = t.losses;
@@ -473,29 +609,30 @@ class Tuner {
         plan_.tuned.final_loss = t.final_loss;
         why << ": accepted";
         if (i > 0) {
-          current_ = c;
           plan_.effective_batch = c.train.accumulate > 1 ? "kept" : "unchanged";
           plan_.effective_batch_why = "the quality guard rejected the rescaled batch";
         }
+        const TrialOutcome& out = measured(c, "quality_guard");
+        adopt(c, out);
         break;
       }
-      why << ": rejected (" << (metric_ok ? "" : "accuracy drop above " + pct(o_.quality_tolerance))
-          << (!metric_ok && !loss_ok ? ", " : "")
-          << (loss_ok ? "" : "loss rise above " + pct(o_.loss_tolerance)) << ")";
+      why << ": rejected (" << (metric_ok ? "" : "accuracy drop above the tolerance")
+          << (!metric_ok && !loss_ok ? ", " : "") << (loss_ok ? "" : "loss rise above the tolerance")
+          << ")";
     }
     if (!q.accepted) {
-      current_ = ref;
-      plan_.effective_batch = ref.train.accumulate > 1 ? "kept" : "unchanged";
-      plan_.effective_batch_why = "every tuned candidate failed the quality guard";
+      q.status = "rejected";
       q.tuned = b.validation_metric;
       q.tuned_loss = b.final_loss;
       q.tuned_losses = b.losses;
       why << "; fell back to " << ref.describe();
+      fall_back(ref, "every tuned candidate failed the quality guard");
     }
     q.why = why.str();
-    const TrialOutcome& out = measured(current_, "quality_guard");
-    finish_stage("quality_guard", after, sps(out), !q.accepted || current_.describe() != candidates[0].describe(), q.why);
-    current_out_ = out;
+    finish_stage("quality_guard", after, sps(current_out_),
+                 current_.describe() != candidates[0].describe() ||
+                     current_.train.lr != candidates[0].train.lr,
+                 q.why);
   }
 
   TrialRunner& runner_;
@@ -506,6 +643,9 @@ class Tuner {
   Plan plan_;
   TrialConfig current_;
   TrialOutcome current_out_;
+  TrialConfig last_safe_;
+  TrialOutcome last_safe_out_;
+  bool has_safe_ = false;
   bool base_fits_ = false;
   BatchSearchResult search_;
   std::map<std::string, TrialOutcome> cache_;

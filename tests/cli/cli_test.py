@@ -346,8 +346,10 @@ def case_train_config_override(tmp):
     _, _, s = config_train(tmp, small_plan(tmp), "--batch-size", "32", "--optimizer", "adamw")
     if s["batch_size"] != 32 or s["optimizer"] != "adamw":
         fail(f"flags did not override the plan: batch {s['batch_size']}, {s['optimizer']}")
-    if s["accumulate"] != 2 or s["threads"] != 1 or s["seed"] != 5:
-        fail(f"the plan's other fields were lost: {s}")
+    # Issue 13: a batch other than the plan's keeps the plan's micro-batch (16 / 2 = 8), so
+    # 32 samples take 4 micro-batches, and the log says so.
+    if s["accumulate"] != 4 or s["threads"] != 1 or s["seed"] != 5:
+        fail(f"the plan's rule or other fields were lost: {s}")
 
 
 def case_train_config_corrupt(tmp):
@@ -679,8 +681,128 @@ def case_tune_small(tmp):
 
 def case_tune_limit_below_one_sample(tmp):
     data = make_idx_dir(tmp)
-    expect_usage_error(["tune", "--data", "idx:" + data, "--model", "mlp", "--memory-limit", "4KiB",
-                        "--out", os.path.join(tmp, "p.json")], "one sample does not fit")
+    expect_usage_error(["tune", "--data", "idx:" + data, "--model", "mlp-deep", "--memory-limit",
+                        "1MiB", "--out", os.path.join(tmp, "p.json")], "one sample does not fit")
+
+
+def case_issue13_impossible_settings(tmp):
+    data = make_idx_dir(tmp)
+    out = os.path.join(tmp, "p.json")
+    base = ["tune", "--data", "idx:" + data, "--model", "mlp", "--out", out]
+    expect_usage_error(base + ["--memory-limit", "1KiB"], "--memory-limit 1KiB is below")
+    expect_usage_error(["train", "--data", "idx:" + data, "--memory-limit", "1KiB"],
+                       "--memory-limit 1KiB is below")
+    expect_usage_error(base + ["--val-fraction", "0.6"], "--val-fraction")
+    expect_usage_error(base + ["--val-fraction", "0"], "--val-fraction")
+    expect_usage_error(base + ["--eval-batch-size", "0"], "--eval-batch-size")
+    expect_usage_error(["train", "--data", "idx:" + data, "--eval-batch-size", "0"],
+                       "--eval-batch-size")
+    bad = os.path.join(tmp, "typo-plan.json")
+    with open(bad, "w") as f:
+        json.dump({"schema_version": 1, "config": {"batch_size": 8, "lr_rate": 0.1}}, f)
+    expect_usage_error(["train", "--config", bad],
+                       "typo-plan.json: config.lr_rate is not a plan field")
+    if os.path.exists(out):
+        fail("a failed tune left a plan behind")
+
+
+def case_issue13_tune_takes_the_recipe_and_holds_out_validation(tmp):
+    data = make_idx_dir(tmp, n_train=512, n_test=128)
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "idx:" + data, "--model", "mlp", "--threads", "1",
+                         "--memory-limit", "96MiB", "--max-batch", "128", "--batch-size", "32",
+                         "--optimizer", "sgd", "--momentum", "0.8", "--weight-decay", "0.001",
+                         "--schedule", "constant", "--warmup-steps", "3", "--crop", "24",
+                         "--pad", "2", "--flip", "--val-fraction", "0.1", "--eval-batch-size",
+                         "64", "--quality-samples", "512", "--budget-s", "60", "--out",
+                         plan_path, timeout=600)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err}")
+    if "51 samples held out for validation" not in out:
+        fail(f"tune did not hold out 10% of 512:\n{out}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    cfg = plan["config"]
+    want = {"optimizer": "sgd", "momentum": 0.8, "weight_decay": 0.001, "schedule": "constant",
+            "eval_batch_size": 64}
+    got = {k: cfg[k] for k in want}
+    if got != want:
+        fail(f"plan lost the recipe: {got} (want {want})")
+    if plan["input"] != {"crop": 24, "pad": 2, "flip": True, "cache": ""}:
+        fail(f"plan lost the input flags: {plan['input']}")
+    q = plan["quality"]
+    if q["metric"] != "val_accuracy" or q["val_samples"] != 51 or q["val_fraction"] != 0.1:
+        fail(f"the guard did not judge on the validation split: {q}")
+    if plan["device"] != "cpu" or plan["memory_limit_bytes"] != 96 * 2**20:
+        fail(f"plan lost device or memory limit: {plan['device']} {plan['memory_limit_bytes']}")
+    # train --config builds the same pipeline: 24x24 crops, validation held out and reported.
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, "--steps", "5", "--summary-json", summary,
+                         "-q")
+    if code != 0:
+        fail(f"train --config exit {code}\n{out}\n{err}")
+    with open(summary) as f:
+        s = json.load(f)
+    if s["val_samples"] != 51 or s["val_accuracy"] is None or s["eval_batch_size"] != 64:
+        fail(f"train --config did not hold out validation as the plan says: {s}")
+    if s["memory_limit_bytes"] != 96 * 2**20:
+        fail(f"train --config ignored the plan's memory limit: {s['memory_limit_bytes']}")
+
+
+def case_issue13_tune_stays_inside_its_budget(tmp):
+    # Issue 13's hold-out case in small: a guard of a whole epoch per run would take minutes on
+    # fmnist-cnn; the budget bounds the whole tune, and the plan says what the guard trained.
+    data = make_idx_dir(tmp, n_train=8192, n_test=128)
+    plan_path = os.path.join(tmp, "plan.json")
+    budget = 20
+    t0 = time.time()
+    code, out, err = run("tune", "--data", "idx:" + data, "--model", "fmnist-cnn", "--threads",
+                         "1", "--memory-limit", "256MiB", "--quality-samples", "1000000",
+                         "--budget-s", str(budget), "--out", plan_path, timeout=600)
+    wall = time.time() - t0
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    # 1.25x the budget, plus the start-up before the clock starts (loading LibTorch, the data).
+    if plan["tune_wall_s"] > 1.25 * budget or wall > 1.25 * budget + 15:
+        fail(f"tune took {plan['tune_wall_s']:.1f} s ({wall:.1f} s wall) for a {budget} s budget")
+    q = plan["quality"]
+    if q["status"] not in ("accepted", "rejected", "unaffordable", "not_run"):
+        fail(f"quality status {q['status']}")
+    if q["status"] in ("accepted", "rejected") and not (0 < q["samples"] < 1000000):
+        fail(f"the guard did not size its runs to the budget: {q['samples']} samples")
+    if q["status"] == "unaffordable" and "--budget-s" not in q["why"]:
+        fail(f"an unaffordable guard must say why: {q['why']}")
+    if plan["budget_s"] != budget:
+        fail(f"plan budget {plan['budget_s']}")
+
+
+def case_issue13_tune_interrupt_writes_a_partial_plan(tmp):
+    data = make_idx_dir(tmp, n_train=4096, n_test=64)
+    plan_path = os.path.join(tmp, "plan.json")
+    p = subprocess.Popen([ARGS.saturate, "tune", "--data", "idx:" + data, "--model", "fmnist-cnn",
+                          "--threads", "1", "--memory-limit", "256MiB", "--budget-s", "0",
+                          "--out", plan_path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Wait for the baseline stage, so the interrupt lands in the stages that follow it.
+    deadline = time.time() + 120
+    line = p.stdout.readline()
+    seen = line
+    while "baseline" not in line and line and time.time() < deadline:
+        line = p.stdout.readline()
+        seen += line
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    out = seen + out
+    if p.returncode != 130:
+        fail(f"exit {p.returncode} after SIGINT, expected 130\n{out}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if not plan["interrupted"] or plan["stages"][-1]["name"] != "interrupted":
+        fail(f"the plan is not marked interrupted: {plan['stages'][-1]}")
+    if "interrupted" not in out:
+        fail(f"tune did not say it was interrupted:\n{out}")
 
 
 def case_tune_unwritable_out(tmp):

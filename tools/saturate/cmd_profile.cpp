@@ -8,6 +8,9 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "recipe.h"
+#include "saturate/data/loader.h"
+#include "saturate/tune/plan.h"
 #include "saturate/core/json.h"
 #include "saturate/core/units.h"
 #include "saturate/data/dataset.h"
@@ -88,81 +91,70 @@ int profile_loader(Loader& loader, const std::string& data_spec, int64_t steps, 
 }  // namespace
 
 int run_profile(const std::vector<std::string>& args) {
-  TrainOptions opts;
-  opts.steps = 50;
-  opts.evaluate = false;
-  opts.timing_warmup_steps = 5;
-  std::string model_spec = "fmnist-cnn", data_spec = "fashion-mnist", device_text = "auto";
-  std::string precision_text = "fp32", memory_limit_text, trace_path, logdir;
-  int threads_requested = 0;
+  RecipeFlags rf;
+  rf.train.steps = 50;
+  int64_t skip_steps = 5;
+  std::string trace_path, logdir, summary_json;
   int64_t window_steps = 10;
   SamplerOptions sampler_options;
   sampler_options.interval_ms = 100;
   bool as_json = false;
   CLI::App app{"Run training steps of a config and show where each step's time goes.",
                "saturate profile"};
-  app.add_option("--model", model_spec, "fmnist-cnn, mlp, mlp-deep, resnet18-cifar or PATH.pt")
-      ->capture_default_str();
-  app.add_option("--data", data_spec, kDataSpecHelp)->capture_default_str();
-  app.add_option("--steps", opts.steps, "training steps to run")->capture_default_str();
-  app.add_option("--batch-size", opts.batch_size, "samples per step")->capture_default_str();
-  app.add_option("--precision", precision_text, "fp32, tf32, bf16, fp16 or auto")
-      ->capture_default_str();
-  app.add_option("--accumulate", opts.accumulate, "micro-batches per step")->capture_default_str();
-  app.add_option("--checkpoint-segments", opts.checkpoint_segments, "activation checkpointing")
-      ->capture_default_str();
-  app.add_option("--memory-limit", memory_limit_text, "cap device memory, e.g. 2GiB");
-  app.add_option("--device", device_text, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  app.add_option("--threads", threads_requested, "intra-op threads; 0 = usable cores")
-      ->capture_default_str();
-  app.add_option("--warmup-steps", opts.timing_warmup_steps, "steps left out of the timing")
+  add_recipe_flags(app, rf, RecipeUse::kProfile);
+  app.add_option("--skip-steps", skip_steps, "first steps left out of the timing (warm-up)")
       ->capture_default_str();
   app.add_option("--window", window_steps, "steps per throughput window")->capture_default_str();
-  app.add_option("--seed", opts.seed, "seed")->capture_default_str();
   app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace to FILE");
   app.add_option("--logdir", logdir, "write TensorBoard scalars and steps.jsonl into DIR");
+  app.add_option("--summary-json", summary_json, "also write the profile as JSON to FILE");
   app.add_option("--interval", sampler_options.interval_ms,
                  "device sampling interval in ms (CPU, RSS; GPUs through NVML)")
       ->capture_default_str();
-  LoaderFlags loader_flags;
-  add_loader_flags(app, loader_flags);
   bool loader_only = false;
   app.add_flag("--loader-only", loader_only,
                "measure the input pipeline alone (no model): can it feed the device?");
   app.add_flag("--json", as_json, "print the profile as JSON");
   if (!parse_args(app, args)) return 0;
-  SATURATE_CHECK(opts.steps > 0, "profile: --steps must be positive, got ", opts.steps);
+  if (!rf.config.empty()) {
+    const Plan plan = read_plan(rf.config);
+    apply_plan(plan, app, rf);
+    if (!app.count("--steps")) rf.train.steps = 50;  // a profile, not the plan's whole run
+  }
+  SATURATE_CHECK(rf.train.steps > 0, "profile: --steps must be positive, got ", rf.train.steps);
   SATURATE_CHECK(window_steps > 0, "profile: --window must be positive, got ", window_steps);
-  const Precision requested = parse_precision(precision_text);
-  const int64_t memory_limit =
-      memory_limit_text.empty() ? 0 : parse_bytes(memory_limit_text, "--memory-limit");
+  SATURATE_CHECK(skip_steps >= 0, "profile: --skip-steps must not be negative, got ", skip_steps);
+  if (!summary_json.empty()) check_writable(summary_json, "--summary-json");
+  rf.train.evaluate = false;
+  rf.train.timing_warmup_steps = skip_steps;
+  const Recipe recipe = resolve_recipe(rf, "profile");
+  TrainOptions opts = recipe.train;
+  const int64_t memory_limit = recipe.memory_limit_bytes;
+  const std::string& data_spec = rf.data;
 
   MultiSink sinks;
   MemorySink records;
   sinks.add(&records);
   const FileSinks file_sinks(logdir, trace_path, sinks);
 
-  const DeviceSpec spec = DeviceSpec::parse(device_text);
-  const int threads = configure_threads(threads_requested);
-  const DeviceProbe probe = probe_devices();
-  const DeviceChoice choice = select_device(spec, probe);
-  opts.precision = resolve_precision(requested, choice.device, probe).precision;
-  opts.validate();
-  TrainingInput input =
-      open_training_input(data_spec, loader_flags, opts.batch_size, opts.seed, choice.device);
+  const int threads = recipe.threads;
+  const DeviceProbe& probe = recipe.probe;
+  TrainingInput input = open_recipe_input(recipe);
+  Loader loader(*input.source,
+                input.loader_options(opts.batch_size, opts.seed, rf.workers, rf.prefetch));
   const DatasetSplits& data = input.splits;
-  if (loader_only) return profile_loader(*input.loader, data_spec, opts.steps, threads, as_json);
-  auto memory = make_device_memory(choice.device, memory_limit);
+  if (loader_only) return profile_loader(loader, data_spec, opts.steps, threads, as_json);
+  auto memory = make_device_memory(recipe.device, memory_limit);
   seed_everything(opts.seed);
-  auto model = make_model(model_spec, {input.sample_shape, input.num_classes});
-  Trainer trainer(*model, opts, choice.device, memory.get());
+  auto model = make_model(rf.model, {input.sample_shape, input.num_classes});
+  Trainer trainer(*model, opts, recipe.device, memory.get());
   DeviceSampler sampler(sampler_options);
   // Readings at both ends bracket the run, so even a run shorter than one interval has an
   // energy difference and a CPU utilisation.
   std::vector<DeviceSample> readings = {sampler.sample_now()};
   sampler.start();
   SampledSink sampled(sampler, sinks);  // readings go to --logdir's JSONL and TensorBoard too
-  const TrainSummary summary = trainer.fit(*input.loader, data, &sampled, &g_interrupted);
+  const TrainSummary summary = trainer.fit(loader, data, &sampled, &g_interrupted);
   sampler.stop();
   for (const auto& d : sampler.samples()) readings.push_back(d);
   readings.push_back(sampler.sample_now());
@@ -178,12 +170,12 @@ int run_profile(const std::vector<std::string>& args) {
   const double train_flops = 3.0 * static_cast<double>(model->forward_flops_per_sample());
   const double achieved_flops = train_flops * tp.samples_per_s;
   // The reference peak: on CPU the measured GEMM rate of this machine (what its BLAS can do).
-  const double peak_flops = choice.device.is_cpu() ? measure_gemm_gflops(512, 5) * 1e9 : 0.0;
+  const double peak_flops = recipe.device.is_cpu() ? measure_gemm_gflops(512, 5) * 1e9 : 0.0;
   const double mfu_pct = peak_flops > 0 && train_flops > 0 ? 100.0 * achieved_flops / peak_flops
                                                            : std::nan("");
-  const std::string device = choice.device.str();
+  const std::string device = recipe.device.str();
 
-  RunFacts facts = environment_facts(probe, choice.device, threads,
+  RunFacts facts = environment_facts(probe, recipe.device, threads,
                                      peak_flops > 0 ? peak_flops / 1e9 : -1.0);
   facts.steps = records.records();
   facts.warmup_steps = opts.timing_warmup_steps;
@@ -191,7 +183,7 @@ int run_profile(const std::vector<std::string>& args) {
   facts.batch_size = opts.batch_size;
   facts.accumulate = opts.accumulate;
   facts.checkpoint_segments = opts.checkpoint_segments;
-  facts.workers = loader_flags.workers;
+  facts.workers = rf.workers;
   if (memory_limit > 0) facts.memory_limit_bytes = memory_limit;
   facts.peak_memory_bytes = summary.peak_memory_bytes;
   facts.gpu_util_pct = device_samples.gpu_util_pct;
@@ -199,7 +191,7 @@ int run_profile(const std::vector<std::string>& args) {
   facts.throttle_reasons = device_samples.throttle_reasons;
   const std::vector<Finding> findings = diagnose(facts);
 
-  if (as_json) {
+  if (as_json || !summary_json.empty()) {
     nlohmann::json j;
     j["schema_version"] = 1;
     j["model"] = model->name();
@@ -232,8 +224,14 @@ int run_profile(const std::vector<std::string>& args) {
                            {"throttle_reasons", device_samples.throttle_reasons}};
     j["findings"] = findings_to_json(findings);
     j["context"] = run_context(probe, device);
-    std::cout << j.dump(2) << "\n";
-  } else {
+    j["workers"] = rf.workers;
+    j["prefetch"] = rf.prefetch;
+    j["optimizer"] = to_string(opts.optimizer);
+    j["lr"] = opts.lr;
+    if (as_json) std::cout << j.dump(2) << "\n";
+    if (!summary_json.empty()) write_json_file(summary_json, j);
+  }
+  if (!as_json) {
     std::cout << "saturate profile: " << model->name() << " on " << data_spec << ", " << device
               << ", " << threads << " threads, batch " << opts.batch_size << ", "
               << to_string(opts.precision) << "\n";

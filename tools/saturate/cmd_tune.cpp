@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "recipe.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
 #include "saturate/core/units.h"
@@ -52,44 +53,78 @@ void print_stage(std::ostream& out, const PlanStage& s) {
   out << "\n      " << s.why << "\n";
 }
 
+// What still holds the tuned configuration back, from its measured step breakdown.
+std::vector<Finding> plan_findings(const Plan& plan, const Recipe& recipe, int64_t limit_bytes) {
+  RunFacts facts = environment_facts(recipe.probe, recipe.device, plan.config.threads,
+                                     recipe.device.is_cpu() ? measure_gemm_gflops(512, 5) : -1.0);
+  StepRecord tuned_step;
+  const PhaseBreakdown& ph = plan.tuned.phases;
+  tuned_step.data_wait_ms = ph.data_wait_ms;
+  tuned_step.host_to_device_ms = ph.host_to_device_ms;
+  tuned_step.forward_ms = ph.forward_ms;
+  tuned_step.backward_ms = ph.backward_ms;
+  tuned_step.optimizer_ms = ph.optimizer_ms;
+  tuned_step.communication_ms = ph.communication_ms;
+  tuned_step.other_ms = ph.other_ms;
+  tuned_step.step_ms = ph.step_ms;
+  facts.steps = {tuned_step};
+  // The precision stage measured what the hardware flags only suggest: a reduced precision
+  // that ran slower here is not "much faster" (a CPU may have avx512_bf16 and still lose).
+  double fp32_sps = 0, bf16_sps = 0, fp16_sps = 0;
+  for (const PlanTrial& t : plan.trials) {
+    if ((t.stage != "precision" && t.stage != "baseline") || !t.fits) continue;
+    const Precision p = t.config.train.precision;
+    double& slot = p == Precision::kBf16 ? bf16_sps : p == Precision::kFp16 ? fp16_sps : fp32_sps;
+    slot = std::max(slot, t.samples_per_s);
+  }
+  if (fp32_sps > 0 && bf16_sps > 0 && bf16_sps <= fp32_sps) facts.bf16_fast = false;
+  if (fp32_sps > 0 && fp16_sps > 0 && fp16_sps <= fp32_sps) facts.fp16_fast = false;
+  facts.precision = to_string(plan.config.train.precision);
+  facts.batch_size = plan.config.train.batch_size;
+  facts.accumulate = plan.config.train.accumulate;
+  facts.checkpoint_segments = plan.config.train.checkpoint_segments;
+  facts.workers = plan.config.workers;
+  facts.memory_limit_bytes = limit_bytes;
+  facts.peak_memory_bytes = plan.tuned.peak_memory_bytes;
+  return diagnose(facts);
+}
+
+void print_result(std::ostream& out, const Plan& plan, const std::string& out_path) {
+  const double gain = plan.baseline.samples_per_s > 0
+                          ? plan.tuned.samples_per_s / plan.baseline.samples_per_s
+                          : 0.0;
+  out << "plan" << (plan.interrupted ? " (interrupted: partial)" : "") << ": "
+      << plan.config.describe() << ", lr " << format_fixed(plan.config.train.lr, 6) << "\n  "
+      << format_fixed(plan.baseline.samples_per_s, 1) << " → "
+      << format_fixed(plan.tuned.samples_per_s, 1) << " samples/s";
+  if (gain > 0) out << " (" << format_fixed(gain, 2) << "×)";
+  out << ", peak " << format_bytes(plan.tuned.peak_memory_bytes) << "; quality "
+      << plan.quality.status << "; " << plan.probe_steps << " trial steps in "
+      << format_duration_s(plan.tune_wall_s);
+  if (plan.budget_s > 0) out << " (budget " << format_duration_s(plan.budget_s) << ")";
+  out << "\n  written to " << out_path << "; run it with: saturate train --config " << out_path
+      << "\n";
+}
+
 }  // namespace
 
 int run_tune(const std::vector<std::string>& args) {
-  TrialConfig base;
-  base.train.evaluate = false;
-  std::string model_spec = "fmnist-cnn", data_spec = "fashion-mnist", device_text = "auto";
-  std::string precision_text = "fp32", optimizer_text = "adamw", memory_limit_text;
+  RecipeFlags rf;
+  rf.val_fraction = 0.05;
   std::string out_path = "plan.json", prefer_text = "faster", effective_text = "auto";
-  int threads_requested = 0;
   int64_t quality_samples = -1;
   TuneOptions o;
-  o.search.max_batch = 4096;  // CPU steps at larger batches take seconds each
+  o.budget_s = 300;
+  o.search.max_batch = int64_t{1} << 40;  // the data, the memory model and the budget bound it
   CLI::App app{"Find the fastest configuration that fits in memory and keeps quality, and write "
                "it as a plan for `saturate train --config`.",
                "saturate tune"};
-  app.add_option("--model", model_spec, "fmnist-cnn, mlp, mlp-deep, resnet18-cifar or PATH.pt")
-      ->capture_default_str();
-  app.add_option("--data", data_spec,
-                 "fashion-mnist, mnist, idx:DIR, cifar10:DIR, cifar100:DIR, npy:DIR, records:DIR "
-                 "or folder:DIR[@HxWxC]")
-      ->capture_default_str();
-  app.add_option("--device", device_text, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  app.add_option("--batch-size", base.train.batch_size, "your batch size (the baseline)")
-      ->capture_default_str();
-  app.add_option("--lr", base.train.lr, "your peak learning rate")->capture_default_str();
-  app.add_option("--optimizer", optimizer_text, "sgd or adamw")->capture_default_str();
-  app.add_option("--precision", precision_text, "your precision (the baseline)")
-      ->capture_default_str();
-  app.add_option("--seed", base.train.seed, "seed of every trial and quality run")
-      ->capture_default_str();
-  app.add_option("--threads", threads_requested, "intra-op threads; 0 = usable cores")
-      ->capture_default_str();
-  app.add_option("--memory-limit", memory_limit_text,
-                 "plan for this much device memory, e.g. 2GiB (default: the device's)");
+  add_recipe_flags(app, rf, RecipeUse::kTune);
   app.add_option("--reserve", o.search.reserve, "share of the memory limit kept free")
       ->capture_default_str();
-  app.add_option("--max-batch", o.search.max_batch, "largest batch size to consider")
-      ->capture_default_str();
+  app.add_option("--max-batch", o.search.max_batch,
+                 "largest batch size to consider (default: what the data, the memory and the "
+                 "budget allow)");
   app.add_option("--prefer", prefer_text,
                  "faster: the fastest batch; smaller: the smallest within --tolerance of it")
       ->capture_default_str();
@@ -99,19 +134,20 @@ int run_tune(const std::vector<std::string>& args) {
                  "LR when it grows; keep; rescale")
       ->capture_default_str();
   app.add_option("--quality-samples", quality_samples,
-                 "training samples per quality-guard run (default: one epoch; 0 skips the guard)");
+                 "training samples per quality-guard run (default: the recipe's --steps or "
+                 "--epochs, or what the budget affords; 0 skips the guard)");
   app.add_option("--quality-tolerance", o.quality_tolerance,
-                 "largest accepted drop in test accuracy (absolute, 0.01 = 1 point)")
+                 "largest accepted drop in validation accuracy (absolute, 0.01 = 1 point); "
+                 "never tighter than twice the measured seed-to-seed noise")
       ->capture_default_str();
   app.add_option("--measure-steps", o.measure_steps, "steps per measurement (first untimed)")
       ->capture_default_str();
-  app.add_option("--budget-s", o.budget_s, "stop starting optional stages after N seconds")
+  app.add_option("--budget-s", o.budget_s,
+                 "wall-time budget of the whole tune in seconds, guard included (0 = none)")
       ->capture_default_str();
   app.add_option("--out", out_path, "where to write the plan")->capture_default_str();
   if (!parse_args(app, args)) return 0;
 
-  base.train.optimizer = parse_optimizer(optimizer_text);
-  const Precision requested = parse_precision(precision_text);
   o.search.prefer = parse_prefer(prefer_text);
   o.effective_batch = parse_effective_batch(effective_text);
   SATURATE_CHECK(o.search.reserve >= 0 && o.search.reserve < 0.9,
@@ -119,83 +155,70 @@ int run_tune(const std::vector<std::string>& args) {
   SATURATE_CHECK(o.search.max_batch >= 1, "tune: --max-batch must be positive");
   SATURATE_CHECK(o.measure_steps >= 2, "tune: --measure-steps must be at least 2");
   SATURATE_CHECK(o.budget_s >= 0, "tune: --budget-s must not be negative");
-  const int64_t memory_limit =
-      memory_limit_text.empty() ? 0 : parse_bytes(memory_limit_text, "--memory-limit");
+  SATURATE_CHECK(rf.val_fraction > 0 && rf.val_fraction < 0.5,
+                 "tune: --val-fraction must be in (0, 0.5): the guard judges changes on "
+                 "held-out training data, got ", rf.val_fraction);
   check_writable(out_path, "--out");  // before any work
-
-  const DeviceSpec spec = DeviceSpec::parse(device_text);
-  const int threads = configure_threads(threads_requested);
-  const DeviceProbe probe = probe_devices();
-  const DeviceChoice choice = select_device(spec, probe);
-  base.train.precision = resolve_precision(requested, choice.device, probe).precision;
-  base.train.validate();
-  o.precisions = precision_candidates(choice.device, probe, base.train.precision);
-  if (choice.device.is_cpu() && threads > 1) o.threads = {threads, threads / 2};
-  o.max_workers = std::max(1, probe.cpu.cores_usable);
-  base.threads = threads;
-  const DatasetSplits data = load_dataset(data_spec);
-  o.quality_samples = quality_samples >= 0 ? quality_samples : data.train.size();
+  rf.train.evaluate = false;
+  const Recipe recipe = resolve_recipe(rf, "tune");
+  TrialConfig base;
+  base.train = recipe.train;
+  base.threads = recipe.threads;
+  base.workers = rf.workers;
+  base.prefetch = rf.prefetch;
+  o.precisions = precision_candidates(recipe.device, recipe.probe, base.train.precision);
+  if (recipe.device.is_cpu() && recipe.threads > 1)
+    o.threads = {recipe.threads, recipe.threads / 2};
+  o.max_workers = std::max(1, recipe.probe.cpu.cores_usable);
+  o.stop = &g_interrupted;
+  // The pipeline `train` builds for these flags: streamed folders, crops, cache, validation.
+  const TrainingInput input = open_recipe_input(recipe);
+  const int64_t train_samples = input.source->size();
+  // The guard's runs default to the recipe's run (--steps, else --epochs), bounded by the budget.
+  const int64_t recipe_samples = recipe.train.steps > 0
+                                     ? recipe.train.steps * recipe.train.batch_size
+                                     : recipe.train.epochs * train_samples;
+  o.quality_samples = quality_samples >= 0 ? quality_samples : recipe_samples;
   // After the data is loaded: the budget is for training, not the dataset.
-  auto memory = make_device_memory(choice.device, memory_limit);
-  TorchTrialRunner runner(model_spec, data, choice.device, *memory, o.search.max_batch);
+  auto memory = make_device_memory(recipe.device, recipe.memory_limit_bytes);
+  TorchTrialRunner runner(rf.model, input, recipe.device, *memory, o.search.max_batch);
 
   // The header waits for the first stage: a model that cannot run one step fails before any
   // output.
   bool header_printed = false;
   Plan plan = tune(runner, base, o, [&](const PlanStage& s) {
     if (!header_printed) {
-      std::cout << "saturate tune: " << model_spec << " on " << data_spec << ", "
-                << choice.device.str() << ", " << threads << " threads, memory "
+      std::cout << "saturate tune: " << rf.model << " on " << rf.data << ", "
+                << recipe.device.str() << ", " << recipe.threads << " threads, memory "
                 << format_bytes(runner.memory_limit_bytes()) << " less "
-                << format_fixed(100 * o.search.reserve, 0) << "% reserve\n";
+                << format_fixed(100 * o.search.reserve, 0) << "% reserve, "
+                << input.splits.validation.size() << " samples held out for validation";
+      if (o.budget_s > 0) std::cout << ", budget " << format_duration_s(o.budget_s);
+      std::cout << "\n";
       header_printed = true;
     }
     print_stage(std::cout, s);
     std::cout.flush();
   });
-  plan.model = model_spec;
-  plan.data = data_spec;
-  plan.device = choice.device.str();
-  plan.memory_limit_bytes = memory_limit;
-  // What still holds the tuned configuration back, from its measured step breakdown.
-  RunFacts facts = environment_facts(probe, choice.device, plan.config.threads,
-                                     choice.device.is_cpu() ? measure_gemm_gflops(512, 5) : -1.0);
-  StepRecord tuned_step;
-  const PhaseMeans& ph = plan.tuned.phases;
-  tuned_step.data_wait_ms = ph.data_wait_ms;
-  tuned_step.host_to_device_ms = ph.host_to_device_ms;
-  tuned_step.forward_ms = ph.forward_ms;
-  tuned_step.backward_ms = ph.backward_ms;
-  tuned_step.optimizer_ms = ph.optimizer_ms;
-  tuned_step.other_ms = ph.other_ms;
-  tuned_step.step_ms = ph.step_ms;
-  facts.steps = {tuned_step};
-  facts.precision = to_string(plan.config.train.precision);
-  facts.batch_size = plan.config.train.batch_size;
-  facts.accumulate = plan.config.train.accumulate;
-  facts.checkpoint_segments = plan.config.train.checkpoint_segments;
-  facts.workers = plan.config.workers;
-  facts.memory_limit_bytes = runner.memory_limit_bytes();
-  facts.peak_memory_bytes = plan.tuned.peak_memory_bytes;
-  const std::vector<Finding> findings = diagnose(facts);
+  plan.model = rf.model;
+  plan.data = rf.data;
+  plan.device = recipe.device.str();
+  plan.memory_limit_bytes = recipe.memory_limit_bytes;
+  plan.crop = rf.crop;
+  plan.pad = rf.pad;
+  plan.flip = rf.flip;
+  plan.cache = rf.cache;
+  plan.quality.val_fraction = rf.val_fraction;
+  plan.quality.val_samples = input.splits.validation.size();
+  const std::vector<Finding> findings =
+      plan_findings(plan, recipe, runner.memory_limit_bytes());
   nlohmann::json plan_json = to_json(plan);
   plan_json["findings"] = findings_to_json(findings);
-  plan_json["context"] = run_context(probe, choice.device.str());
+  plan_json["context"] = run_context(recipe.probe, recipe.device.str());
   write_json_file(out_path, plan_json);
-  const double gain = plan.baseline.samples_per_s > 0
-                          ? plan.tuned.samples_per_s / plan.baseline.samples_per_s
-                          : 0.0;
-  std::cout << "plan: " << plan.config.describe() << ", lr " << format_fixed(plan.config.train.lr, 6)
-            << "\n  " << format_fixed(plan.baseline.samples_per_s, 1) << " → "
-            << format_fixed(plan.tuned.samples_per_s, 1) << " samples/s";
-  if (gain > 0) std::cout << " (" << format_fixed(gain, 2) << "×)";
-  std::cout << ", peak " << format_bytes(plan.tuned.peak_memory_bytes) << "; quality "
-            << (plan.quality.accepted ? "accepted" : "not accepted") << "; "
-            << plan.probe_steps << " trial steps in " << format_duration_s(plan.tune_wall_s)
-            << "\n  written to " << out_path << "; run it with: saturate train --config "
-            << out_path << "\n";
+  print_result(std::cout, plan, out_path);
   print_findings(std::cout, findings);
-  return 0;
+  return static_cast<int>(plan.interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
 }
 
 }  // namespace saturate::cli

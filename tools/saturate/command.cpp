@@ -58,60 +58,6 @@ FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, M
 
 FileSinks::~FileSinks() = default;
 
-void add_loader_flags(CLI::App& app, LoaderFlags& flags) {
-  app.add_option("--workers", flags.workers,
-                 "input-pipeline threads making batches ahead of training; 0 = in the training thread")
-      ->capture_default_str();
-  app.add_option("--prefetch", flags.prefetch, "batches made ahead (at least one per worker)")
-      ->capture_default_str();
-  app.add_option("--cache", flags.cache, "keep up to SIZE of read samples in memory, e.g. 1GiB");
-  app.add_option("--crop", flags.crop,
-                 "random SIZE x SIZE crop of each training sample (test samples: the centre)");
-  app.add_option("--pad", flags.pad, "zero pixels added to each side before --crop");
-  app.add_flag("--flip", flags.flip, "random horizontal flips of training samples");
-}
-
-TrainingInput open_training_input(const std::string& data_spec, const LoaderFlags& flags,
-                                  int64_t batch_size, uint64_t seed, const c10::Device& device) {
-  TrainingInput in;
-  if (data_spec.rfind("synthetic:", 0) == 0) {
-    in.source = make_synthetic_source(data_spec);
-    in.splits.description = in.source->describe();
-  } else {
-    OpenedDataset opened = open_dataset(data_spec);
-    in.splits = std::move(opened.splits);
-    in.source = std::move(opened.train);
-  }
-  in.num_classes = in.source->num_classes();
-  LoaderOptions o;
-  o.batch_size = batch_size;
-  o.seed = seed;
-  o.workers = flags.workers;
-  o.prefetch = flags.prefetch;
-  o.cache_bytes = flags.cache.empty() ? 0 : parse_bytes(flags.cache, "--cache");
-  o.pin_memory = device.is_cuda();
-  o.cuda_device = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
-  o.transform.mean = in.splits.normalize_mean;
-  o.transform.std = in.splits.normalize_std;
-  SATURATE_CHECK(flags.pad == 0 || flags.crop > 0, "--pad needs --crop");
-  o.transform.crop = flags.crop;
-  o.transform.pad = flags.pad;
-  o.transform.flip = flags.flip;
-  in.loader = std::make_unique<Loader>(*in.source, o);  // checks crop against the image
-  in.sample_shape = in.loader->output_shape();
-  // The model sees crops, so evaluation sees the same size: the centre of each test image.
-  at::Tensor& test = in.splits.test.inputs;
-  if (test.defined() && test.dim() == 4 &&
-      (test.size(2) != in.sample_shape[1] || test.size(3) != in.sample_shape[2])) {
-    const int64_t h = in.sample_shape[1], w = in.sample_shape[2];
-    SATURATE_CHECK(h <= test.size(2) && w <= test.size(3), "--crop ", flags.crop,
-                   " is larger than the test images (", test.size(2), "x", test.size(3), ")");
-    test = test.narrow(2, (test.size(2) - h) / 2, h).narrow(3, (test.size(3) - w) / 2, w)
-               .contiguous();
-  }
-  return in;
-}
-
 RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, int threads,
                            double gemm_gflops) {
   RunFacts f;

@@ -11,8 +11,6 @@
 
 #include <c10/core/Device.h>
 
-#include "saturate/data/dataset.h"
-#include "saturate/data/loader.h"
 #include "saturate/diagnose/diagnose.h"
 #include "saturate/device/probe.h"
 
@@ -65,33 +63,6 @@ struct FileSinks {
 inline constexpr const char* kDataSpecHelp =
     "fashion-mnist, mnist, idx:DIR, cifar10:DIR, cifar100:DIR, npy:DIR, records:DIR, "
     "folder:DIR[@HxWxC] or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]";
-
-/// The input-pipeline flags of train and profile.
-struct LoaderFlags {
-  int workers = 0;
-  int prefetch = 2;
-  std::string cache;  ///< a size ("1GiB"); empty: no cache
-  int64_t crop = 0;   ///< random crop size (0: none); the test split is centre-cropped to match
-  int64_t pad = 0;    ///< zero pixels added a side before cropping
-  bool flip = false;  ///< random horizontal flips
-};
-void add_loader_flags(CLI::App& app, LoaderFlags& flags);
-
-/// What train and profile read: the splits (empty for a synthetic: spec), the training split as
-/// a SampleSource, and the parallel Loader over it.
-struct TrainingInput {
-  DatasetSplits splits;
-  std::unique_ptr<SampleSource> source;
-  std::unique_ptr<Loader> loader;
-  std::vector<int64_t> sample_shape;
-  int64_t num_classes = 0;
-};
-/// Loads `data_spec` (any load_dataset spec, or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]) and
-/// builds the loader: shuffled by `seed`, augmented as the flags say, normalised by the train
-/// statistics, pinned buffers when `device` is CUDA. "folder:" and "records:" training splits
-/// stream from their files (open_dataset). sample_shape is the loader's output shape.
-TrainingInput open_training_input(const std::string& data_spec, const LoaderFlags& flags,
-                                  int64_t batch_size, uint64_t seed, const c10::Device& device);
 
 /// What diagnose() needs to know of the environment: the device that runs and whether a GPU
 /// is there, its fast precisions, usable cores, intra-op threads, the BLAS and its measured

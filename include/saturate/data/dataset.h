@@ -33,6 +33,9 @@ struct TensorDataset {
 
 struct DatasetSplits {
   TensorDataset train, test;
+  /// Held-out training samples that judge changes (open_training_input with a val fraction);
+  /// empty otherwise. Never trained on.
+  TensorDataset validation;
   /// Mean and (population) standard deviation of the train pixels scaled to [0, 1], for
   /// BatchIteratorOptions. normalize_std is 1.0 if the train pixels are all equal.
   double normalize_mean = 0.0, normalize_std = 1.0;

@@ -6,6 +6,7 @@
 //   StepRecord r; r.step = 12; r.samples = 64; r.forward_ms = 3.1; ... sink.on_step(r);
 
 #include <cstdint>
+#include <vector>
 
 namespace saturate {
 
@@ -32,5 +33,15 @@ struct StepRecord {
 
 /// Sum of the phase fields, for checks that they account for step_ms.
 double phase_sum_ms(const StepRecord& r);
+
+/// Mean milliseconds per step of each phase over a run's steady steps: the one breakdown type
+/// that train summaries, tuner measurements and plans ("phases_ms") share.
+struct PhaseBreakdown {
+  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
+         optimizer_ms = 0, communication_ms = 0, other_ms = 0, step_ms = 0;
+};
+
+/// The mean phases of records[first..]; all records when `first` would leave none.
+PhaseBreakdown mean_phases(const std::vector<StepRecord>& records, size_t first);
 
 }  // namespace saturate

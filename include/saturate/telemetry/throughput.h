@@ -25,6 +25,15 @@ struct ThroughputStats {
   int64_t steps = 0;  ///< steady-state steps used
 };
 
+/// The median of `values` (0 when empty); the one median the measurements share.
+double median(std::vector<double> values);
+
+/// Relative standard error of the mean of `values` (per-step rates): sd / sqrt(n) / mean, at
+/// least `floor` (a lucky run of identical steps claims no certainty); `fallback` with fewer
+/// than 2 values. The one noise estimate the tuner's comparisons share.
+double relative_standard_error(const std::vector<double>& values, double floor = 0.005,
+                               double fallback = 0.05);
+
 /// Drops the first `warmup_steps` records (none when that would leave nothing), cuts the rest
 /// into consecutive windows of `window_steps` (the last window, when shorter than half a
 /// window, joins the one before) and summarises them. window_steps <= 0 means one window.

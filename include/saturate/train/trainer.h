@@ -35,12 +35,6 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-/// Mean time per phase over the steady-state steps.
-struct PhaseBreakdown {
-  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
-         optimizer_ms = 0, other_ms = 0, step_ms = 0;
-};
-
 struct TrainSummary {
   int64_t steps = 0;            ///< optimizer steps taken
   int64_t samples = 0;          ///< training samples consumed
@@ -50,6 +44,8 @@ struct TrainSummary {
   double final_loss = 0.0;      ///< mean training loss over the last min(50, steps) steps
   double test_accuracy = std::numeric_limits<double>::quiet_NaN();  ///< NaN when not evaluated
   double test_loss = std::numeric_limits<double>::quiet_NaN();
+  double val_accuracy = std::numeric_limits<double>::quiet_NaN();  ///< NaN without a validation split
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
   PhaseBreakdown phases;
   bool is_interrupted = false;  ///< stopped early through the stop flag
   int64_t peak_memory_bytes = 0;  ///< highest per-step peak (0 without a DeviceMemory)
@@ -65,8 +61,10 @@ class Trainer {
   Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory = nullptr);
   ~Trainer();
 
-  /// Trains on `data.train` for options.steps (or epochs), then evaluates on `data.test` when
-  /// options.evaluate. Records go to `sink` (may be null). Stops after the current step when
+  /// Trains on `data.train` for options.steps (or epochs), then evaluates on `data.validation`
+  /// (when not empty) and `data.test` when options.evaluate; with options.eval_every, the
+  /// validation split (else the test split) is also evaluated every that many steps, as
+  /// "val_accuracy"/"val_loss" (or "test_...") evaluations in the sink. Records go to `sink` (may be null). Stops after the current step when
   /// `stop` becomes true. LibTorch errors propagate unchanged; a model whose parameters or
   /// batch end up on another device fails with saturate::Error before the first step.
   TrainSummary fit(const DatasetSplits& data, TelemetrySink* sink = nullptr,
@@ -77,7 +75,8 @@ class Trainer {
   TrainSummary fit(BatchSource& source, const DatasetSplits& data, TelemetrySink* sink = nullptr,
                    const std::atomic<bool>* stop = nullptr);
 
-  /// Accuracy and loss over `data` in eval mode without gradients; restores the train/eval mode.
+  /// Accuracy and loss over `data` in eval mode under c10::InferenceMode, in batches of
+  /// options.eval_batch_size; restores the train/eval mode.
   EvalResult evaluate(const TensorDataset& data, double normalize_mean, double normalize_std);
 
   /// Runs one full training step (forward, backward, optimizer) on `batch_size` samples of

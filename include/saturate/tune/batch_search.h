@@ -9,6 +9,7 @@
 //   base.train.batch_size = r.chosen;
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct BatchSearchOptions {
   int64_t measure_steps = 3;  ///< steps per throughput measurement, the first untimed
   int64_t noise_steps = 4;    ///< steps of the top's measurement, whose scatter sets the noise
   int max_repeats = 1;        ///< runoffs of the two best when closer than their noise
+  /// > 0: batches whose step would take longer than this (extrapolated from the first probe's
+  /// samples/s, allowing throughput to double) are not tried: the time budget, not a constant,
+  /// bounds the batch on a device with memory to spare.
+  double max_step_s = 0;
+  /// Called before every trial (may throw to abandon the search, e.g. on Ctrl-C).
+  std::function<void()> before_trial;
+  /// True once the time for the search is spent: it then refines no further and picks from
+  /// what it has measured.
+  std::function<bool()> out_of_time;
 };
 
 /// One trial of a search, for plans and reports.

@@ -21,19 +21,13 @@ namespace saturate {
 inline constexpr int kPlanSchemaVersion = 1;
 
 /// Throughput, memory and quality of one configuration (baseline or tuned).
-/// Mean milliseconds per step of each phase (StepRecord's), over a measurement's timed steps.
-struct PhaseMeans {
-  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
-         optimizer_ms = 0, other_ms = 0, step_ms = 0;
-};
-
 struct PlanResult {
   double samples_per_s = 0;
   double spread = 0;
   int64_t peak_memory_bytes = 0;
-  double validation_metric = -1;  ///< test accuracy in [0, 1] from the quality guard; -1 if not run
+  double validation_metric = -1;  ///< validation accuracy in [0, 1] from the guard; -1 if not run
   double final_loss = -1;         ///< mean training loss at the end of the quality run; -1 if not run
-  PhaseMeans phases;              ///< written as "phases_ms"
+  PhaseBreakdown phases;          ///< written as "phases_ms"
 };
 
 /// One stage of the staged plan: baseline, precision, batch_size, memory_savers, threads,
@@ -59,14 +53,22 @@ struct PlanTrial {
 };
 
 /// The quality guard: the baseline and the tuned configuration trained on the same samples from
-/// the same seed, compared on the validation metric and the final training loss.
+/// the same seed, compared on the held-out validation metric and the final training loss,
+/// against tolerances no tighter than the metric's own seed-to-seed noise.
 struct QualityCheck {
-  std::string metric = "test_accuracy";
+  /// "accepted" | "rejected" (every candidate failed; the plan fell back) | "not_run" (nothing
+  /// to check, or asked off) | "unaffordable" (the budget could not pay for a meaningful run)
+  std::string status = "not_run";
+  std::string metric = "val_accuracy";
   double baseline = -1, tuned = -1;          ///< validation metric of each
   double baseline_loss = -1, tuned_loss = -1;  ///< mean training loss at the end
   std::vector<double> baseline_losses, tuned_losses;  ///< training loss per step of each run
   double tolerance = 0.01;  ///< the tuned metric may be at most this much lower (absolute)
+  double metric_noise = -1;  ///< |metric(seed) − metric(seed+1)| of the baseline; -1: not measured
+  double loss_noise = -1;    ///< the same for the final training loss, relative
   int64_t samples = 0;      ///< training samples each run saw
+  int64_t val_samples = 0;  ///< size of the validation split
+  double val_fraction = 0;  ///< share of the training data held out for it
   bool accepted = false;
   std::string why;
 };
@@ -86,6 +88,12 @@ struct Plan {
   QualityCheck quality;
   int64_t probe_steps = 0;  ///< training steps the search ran (OOM steps included)
   double tune_wall_s = 0;
+  double budget_s = 0;      ///< the --budget-s it ran under (0: none)
+  bool interrupted = false;  ///< stopped early (Ctrl-C): the stages so far, quality unchecked
+  /// The recipe's input flags, so `train --config` builds the pipeline the trials measured.
+  int64_t crop = 0, pad = 0;
+  bool flip = false;
+  std::string cache;  ///< a size such as "1GiB"; empty: none
 };
 
 nlohmann::json to_json(const Plan& plan);

@@ -36,6 +36,7 @@ struct SimulatedProfile {
   int cores = 8;                   ///< input-pipeline workers beyond this add nothing
   double best_lr_per_sample = 3e-3 / 64;  ///< lr / batch at which the synthetic quality peaks
   double reduced_precision_penalty = 0.0;  ///< accuracy lost under bf16/fp16 (a fragile model)
+  double metric_noise = 0.003;  ///< seed-to-seed scatter (sd) of the validation metric
 
   /// A random but plausible device/model pair: the largest batch that fits spans 4…20000,
   /// about 40% of profiles have a throughput cliff below it, and one step's samples/s scatters
@@ -58,6 +59,8 @@ class SimulatedDevice : public TrialRunner {
   TrialOutcome run(const TrialRequest& request) override;
   /// A synthetic learning curve: the validation metric drops when the learning rate per sample
   /// strays from the profile's sweet spot (lr / effective batch), as an unscaled batch change does.
+  /// The metric scatters by metric_noise between seeds (the same seed gives the same value);
+  /// a configuration past the memory limit returns fits == false.
   QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override;
   int64_t memory_limit_bytes() const override { return profile_.limit_bytes; }
   int64_t max_batch_size() const override { return profile_.dataset_size; }

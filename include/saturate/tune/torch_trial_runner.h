@@ -6,8 +6,9 @@
 // workers and prefetch (the input pipeline is part of what is measured), catches out-of-memory by type, then frees everything and
 // hands cached memory back.
 //
+//   TrainingInput input = open_training_input(input_options, cuda_device);  // what train builds
 //   auto memory = make_device_memory(device, limit);
-//   TorchTrialRunner runner("fmnist-cnn", data, device, *memory);
+//   TorchTrialRunner runner("fmnist-cnn", input, device, *memory);
 //   TrialOutcome t = runner.run({config, 4});
 
 #include <cstdint>
@@ -15,8 +16,7 @@
 
 #include <c10/core/Device.h>
 
-#include "saturate/data/dataset.h"
-#include "saturate/data/sample_source.h"
+#include "saturate/data/training_input.h"
 #include "saturate/tune/trial.h"
 
 namespace saturate {
@@ -25,11 +25,13 @@ class DeviceMemory;
 
 class TorchTrialRunner : public TrialRunner {
  public:
-  /// `data` and `memory` must outlive the runner. `memory_limit_bytes` is what the search
-  /// plans against: the memory's own limit when it has one, else this value (0 = the device's
-  /// total, or on CPU the memory available at start).
-  TorchTrialRunner(std::string model_spec, const DatasetSplits& data, c10::Device device,
-                   DeviceMemory& memory, int64_t max_batch = 1 << 16);
+  /// `input` and `memory` must outlive the runner; every trial builds its Loader from `input`
+  /// (the pipeline `train` builds for the same flags), and quality runs validate on
+  /// input.splits.validation (the test split when there is none). The search plans against
+  /// the memory's own limit when it has one, else the host memory available at start.
+  /// The largest batch is the training split's size, at most `max_batch`.
+  TorchTrialRunner(std::string model_spec, const TrainingInput& input, c10::Device device,
+                   DeviceMemory& memory, int64_t max_batch = int64_t{1} << 40);
   TrialOutcome run(const TrialRequest& request) override;
   QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override;
   int64_t memory_limit_bytes() const override { return limit_bytes_; }
@@ -37,12 +39,12 @@ class TorchTrialRunner : public TrialRunner {
 
  private:
   std::string model_spec_;
-  const DatasetSplits& data_;
+  const TrainingInput& input_;
+  DatasetSplits eval_;  // the evaluation splits a quality run sees: validation as its test
   c10::Device device_;
   DeviceMemory& memory_;
   int64_t limit_bytes_ = 0;
   int64_t max_batch_ = 0;
-  std::unique_ptr<SampleSource> source_;  // the training split, read by each trial's Loader
 };
 
 }  // namespace saturate

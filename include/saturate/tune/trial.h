@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "saturate/telemetry/step_record.h"
 #include "saturate/train/train_options.h"
 
 namespace saturate {
@@ -43,8 +44,7 @@ struct Measurement {
   double samples_per_s = 0.0;  ///< over the timed steps (0 when none was timed)
   double spread = 0.0;         ///< relative spread of the timed steps' samples/s: (max-min)/median
   std::vector<double> step_samples_per_s;  ///< one per timed step
-  double data_wait_ms = 0, host_to_device_ms = 0, forward_ms = 0, backward_ms = 0,
-         optimizer_ms = 0, other_ms = 0, step_ms = 0;  ///< mean per timed step
+  PhaseBreakdown phases;                   ///< mean per timed step
   int64_t peak_memory_bytes = 0;  ///< highest peak over all steps, warm-up included
   double loss = 0.0;              ///< mean training loss over the steps
 };
@@ -56,11 +56,15 @@ struct TrialOutcome {
 };
 
 /// A short training run for the quality guard: `samples` training samples from the config's
-/// seed, then the validation metric.
+/// seed, then the validation metric on the held-out split.
 struct QualityRun {
+  bool fits = true;                ///< false: it ran out of memory (a value, like a trial's)
   int64_t samples = 0;             ///< training samples seen
   double final_loss = 0;           ///< mean training loss over the last steps
-  double validation_metric = 0;    ///< test accuracy in [0, 1]
+  double validation_metric = 0;    ///< validation accuracy in [0, 1]
+  double validation_loss = 0;      ///< mean validation cross-entropy
+  double wall_s = 0;               ///< how long the run took, evaluation included
+  int64_t peak_memory_bytes = 0;   ///< highest step peak (0 when unknown)
   std::vector<double> losses;      ///< training loss per step
 };
 
@@ -70,9 +74,11 @@ class TrialRunner {
  public:
   virtual ~TrialRunner() = default;
   virtual TrialOutcome run(const TrialRequest& request) = 0;
-  /// Trains a fresh copy of the model (same initial weights every time) on `samples` samples
-  /// and validates it. Out of memory here throws: only configurations that fit get here.
+  /// Trains a fresh copy of the model (the initial weights of the config's seed) on `samples`
+  /// samples and validates it on the held-out split. Running out of memory is returned as
+  /// `fits == false`, with everything freed, as for run().
   virtual QualityRun train_and_validate(const TrialConfig& config, int64_t samples) = 0;
+
   /// Memory available to training, in bytes (a --memory-limit, or the device's capacity).
   virtual int64_t memory_limit_bytes() const = 0;
   /// Upper bound for the batch size (the training set's size, or a cap).
@@ -87,6 +93,7 @@ class CountingRunner : public TrialRunner {
   QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override {
     return inner_.train_and_validate(config, samples);
   }
+
   int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
   int64_t max_batch_size() const override { return inner_.max_batch_size(); }
   int64_t trials() const { return trials_; }

@@ -7,6 +7,7 @@
 //   TuneOptions o;  o.precisions = {Precision::kBf16};
 //   Plan plan = tune(runner, base, o, [](const PlanStage& s) { print(s); });
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -39,13 +40,24 @@ struct TuneOptions {
   int64_t quality_samples = 0;        ///< samples per quality run; 0 skips the guard
   double quality_tolerance = 0.01;    ///< largest accepted drop in validation accuracy (absolute)
   double loss_tolerance = 0.10;       ///< largest accepted rise in final training loss (relative)
-  double budget_s = 0;                ///< stop starting optional stages after this; 0 = none
+  /// The whole tune's wall-time budget (0: none). Optional stages start only before
+  /// `search_share` of it is spent; the quality guard sizes its runs to what is left.
+  double budget_s = 0;
+  double search_share = 0.5;
+  /// The guard needs this many optimizer steps of each run to mean anything; when the budget
+  /// cannot pay for that, it is not run and only changes that leave the optimisation as the
+  /// user had it (accumulation, workers, threads, checkpointing) are kept.
+  int64_t min_quality_steps = 8;
   int max_checkpoint_segments = 4;    ///< memory-saver stage tries 2..this segments
+  /// Set (by Ctrl-C) to stop at the next trial boundary; tune() then returns the plan so far
+  /// with `interrupted` set.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 /// Runs the stages on `base` (the user's configuration) and returns the plan; `on_stage` (may be
 /// empty) hears each stage as it ends. Model, data and device names in the plan are left for
-/// the caller. Throws saturate::Error when nothing fits (not even one sample).
+/// the caller. Every configuration the plan returns peaked under the memory limit less the
+/// reserve when measured. Throws saturate::Error when nothing fits (not even one sample).
 Plan tune(TrialRunner& runner, const TrialConfig& base, const TuneOptions& options,
           const std::function<void(const PlanStage&)>& on_stage = {});
 

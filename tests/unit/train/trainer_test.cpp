@@ -368,3 +368,44 @@ TEST(Trainer, Issue4_LateTimingStillGivesEveryRecordInOrderWithItsLoss) {
 }
 
 }  // namespace saturate
+
+namespace saturate {
+namespace {
+class EvalSink : public TelemetrySink {
+ public:
+  void on_step(const StepRecord&) override {}
+  void on_eval(int64_t step, const std::string& metric, double value) override {
+    evals.push_back({step, metric, value});
+  }
+  struct Eval {
+    int64_t step;
+    std::string metric;
+    double value;
+  };
+  std::vector<Eval> evals;
+};
+}  // namespace
+
+TEST(Trainer, Issue13_EvaluatesTheValidationSplitEveryNStepsAndAtTheEnd) {
+  DatasetSplits data = testing::make_pattern_splits(512, 128);
+  data.validation = data.test;
+  data.validation.name = "validation";
+  TrainOptions o = small_run(20);
+  o.eval_every = 8;
+  seed_everything(o.seed);
+  auto model = make_model("mlp", {data.train.sample_shape(), data.train.num_classes});
+  Trainer trainer(*model, o, c10::Device("cpu"));
+  EvalSink sink;
+  const TrainSummary s = trainer.fit(data, &sink);
+  std::vector<std::pair<int64_t, std::string>> got;
+  for (const auto& e : sink.evals) got.push_back({e.step, e.metric});
+  const std::vector<std::pair<int64_t, std::string>> want = {
+      {8, "val_accuracy"},  {8, "val_loss"},       {16, "val_accuracy"}, {16, "val_loss"},
+      {20, "val_accuracy"}, {20, "val_loss"},      {20, "test_accuracy"}, {20, "test_loss"}};
+  EXPECT_EQ(got, want);
+  EXPECT_FALSE(std::isnan(s.val_accuracy));
+  // The validation split is the test split here: the same model, the same numbers.
+  EXPECT_DOUBLE_EQ(s.val_accuracy, s.test_accuracy);
+}
+
+}  // namespace saturate

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "saturate/core/error.h"
 #include "saturate/core/json.h"
 #include "testing/error_of.h"
 #include "testing/temp_dir.h"
@@ -41,8 +42,8 @@ Plan full_plan() {
   p.effective_batch_why = "batch 384 as 3 micro-batches of 128 keeps the user's 384";
   p.memory_limit_bytes = int64_t{2} << 30;
   p.reserve = 0.15;
-  p.baseline = {1234.5, 0.031, 123456789, 0.875, 0.3456, {1.5, 0.25, 10, 12, 2, 0.5, 26.25}};
-  p.tuned = {4321.25, 0.012, 987654321, 0.8725, 0.3501, {0.5, 0.25, 5, 6, 1, 0.25, 13}};
+  p.baseline = {1234.5, 0.031, 123456789, 0.875, 0.3456, {1.5, 0.25, 10, 12, 2, 0, 0.5, 26.25}};
+  p.tuned = {4321.25, 0.012, 987654321, 0.8725, 0.3501, {0.5, 0.25, 5, 6, 1, 0, 0.25, 13}};
   p.stages.push_back({"baseline", 0, 1234.5, false, "64, fp32: 1234.5 samples/s"});
   p.stages.push_back({"precision", 1234.5, 2500.75, true, "bf16 is 2.03x fp32"});
   PlanTrial fits{"batch_size", "memory probe", tuned_config(), true, 4100.5, 0.02, 900000000, 3};
@@ -169,7 +170,7 @@ TEST(Plan, MinimalHandWrittenPlanKeepsDefaults) {
   EXPECT_EQ(p.effective_batch, "unchanged");
   EXPECT_TRUE(p.stages.empty());
   EXPECT_TRUE(p.trials.empty());
-  EXPECT_EQ(p.quality.metric, "test_accuracy");
+  EXPECT_EQ(p.quality.metric, "val_accuracy");
 }
 
 TEST(Plan, ReadsInputPipelineWorkersAndPrefetch) {
@@ -294,4 +295,44 @@ TEST(Plan, UnwritablePathIsAnErrorNamingIt) {
 }
 
 }  // namespace
+
+TEST(Plan, Issue13_RoundTripsTheRecipeInputAndGuardFacts) {
+  Plan p;
+  p.config.train.momentum = 0.7;
+  p.config.train.weight_decay = 0.02;
+  p.config.train.eval_batch_size = 256;
+  p.config.train.eval_every = 50;
+  p.crop = 24;
+  p.pad = 2;
+  p.flip = true;
+  p.cache = "1GiB";
+  p.interrupted = true;
+  p.budget_s = 240;
+  p.quality.status = "unaffordable";
+  p.quality.val_fraction = 0.05;
+  p.quality.val_samples = 3000;
+  p.quality.metric_noise = 0.004;
+  const Plan q = plan_from_json(to_json(p), "p.json");
+  EXPECT_DOUBLE_EQ(q.config.train.momentum, 0.7);
+  EXPECT_DOUBLE_EQ(q.config.train.weight_decay, 0.02);
+  EXPECT_EQ(q.config.train.eval_batch_size, 256);
+  EXPECT_EQ(q.config.train.eval_every, 50);
+  EXPECT_EQ(q.crop, 24);
+  EXPECT_EQ(q.pad, 2);
+  EXPECT_TRUE(q.flip);
+  EXPECT_EQ(q.cache, "1GiB");
+  EXPECT_TRUE(q.interrupted);
+  EXPECT_DOUBLE_EQ(q.budget_s, 240);
+  EXPECT_EQ(q.quality.status, "unaffordable");
+  EXPECT_DOUBLE_EQ(q.quality.val_fraction, 0.05);
+  EXPECT_EQ(q.quality.val_samples, 3000);
+  EXPECT_DOUBLE_EQ(q.quality.metric_noise, 0.004);
+  nlohmann::json j = to_json(p);
+  j["input"]["crops"] = 3;
+  EXPECT_THROW(plan_from_json(j, "p.json"), Error);
+  j = to_json(p);
+  j["config"]["eval_batch_size"] = 0;
+  EXPECT_THROW(plan_from_json(j, "p.json"), Error);
+}
+
 }  // namespace saturate

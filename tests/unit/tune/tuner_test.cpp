@@ -3,6 +3,8 @@
 // policy, the quality guard's fall-back and the budget.
 #include "saturate/tune/tuner.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -183,7 +185,148 @@ TEST(Tuner, ASpentBudgetSkipsOptionalStagesAndSaysSo) {
   const Plan plan = tune(dev, user(64), o);
   EXPECT_NE(stage(plan, "precision").why.find("--budget-s"), std::string::npos);
   EXPECT_EQ(plan.config.train.precision, Precision::kFp32);
-  EXPECT_GT(plan.config.train.batch_size, 0);  // the batch-size stage always runs
+  EXPECT_NE(stage(plan, "batch_size").why.find("--budget-s"), std::string::npos);
+  EXPECT_EQ(plan.config.train.batch_size, 64);
+  EXPECT_EQ(plan.quality.status, "not_run");  // nothing changed that it would have to judge
+}
+
+namespace {
+
+// A runner wrapper for what a simulator does not do by itself: a wall-time cost per sample,
+// a Ctrl-C after some trials, quality runs that run out of memory, configurations that peak
+// between the target and the limit.
+class Wrapped : public TrialRunner {
+ public:
+  explicit Wrapped(TrialRunner& inner) : inner_(inner) {}
+  TrialOutcome run(const TrialRequest& r) override {
+    ++trials_;
+    if (stop_after > 0 && trials_ >= stop_after) stop.store(true);
+    TrialOutcome t = inner_.run(r);
+    if (t.fits && r.config.train.checkpoint_segments > 0 && checkpoint_peak_bytes > 0) {
+      t.measurement.peak_memory_bytes = checkpoint_peak_bytes;
+      t.measurement.samples_per_s *= 10;  // tempting: much faster, but over the reserve
+      for (double& x : t.measurement.step_samples_per_s) x *= 10;
+    }
+    return t;
+  }
+  QualityRun train_and_validate(const TrialConfig& c, int64_t samples) override {
+    ++quality_runs;
+    max_quality_samples = std::max(max_quality_samples, samples);
+    if (oom_quality_batch > 0 && c.train.batch_size == oom_quality_batch) {
+      QualityRun q;
+      q.fits = false;
+      return q;
+    }
+    return inner_.train_and_validate(c, samples);
+  }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+
+  std::atomic<bool> stop{false};
+  int stop_after = 0;
+  int64_t checkpoint_peak_bytes = 0;
+  int64_t oom_quality_batch = 0;
+  int quality_runs = 0;
+  int64_t max_quality_samples = 0;
+
+ private:
+  TrialRunner& inner_;
+  int trials_ = 0;
+};
+
+}  // namespace
+
+TEST(Tuner, Issue13_TheGuardFitsItsRunsIntoTheBudgetOrSaysItCannot) {
+  // 100 samples/s at most: a guard of 10^6 samples per run would take hours. With a budget of
+  // a second it cannot pay for even 8 steps, so it does not run, says so, and keeps only the
+  // changes that leave the optimisation as the user had it.
+  SimulatedProfile p = gpu_like();
+  p.peak_samples_per_s = 100;
+  SimulatedDevice dev(p, 21);
+  Wrapped runner(dev);
+  TuneOptions o = options();
+  o.quality_samples = 1000000;
+  o.budget_s = 1.0;
+  const Plan plan = tune(runner, user(64), o);
+  EXPECT_EQ(plan.quality.status, "unaffordable") << plan.quality.why;
+  EXPECT_EQ(runner.quality_runs, 0);
+  EXPECT_NE(plan.quality.why.find("--budget-s"), std::string::npos) << plan.quality.why;
+  EXPECT_EQ(plan.config.train.batch_size, 64);
+  EXPECT_EQ(plan.config.train.precision, Precision::kFp32);
+  EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
+  EXPECT_FALSE(plan.quality.accepted);
+}
+
+TEST(Tuner, Issue13_TheGuardShrinksItsRunsToWhatTheBudgetLeaves) {
+  // Seconds per sample are simulated; the budget is wall time. A budget large enough for the
+  // search but far below 10^9 samples of guard must shrink the runs, not overrun.
+  SimulatedDevice dev(gpu_like(), 22);
+  Wrapped runner(dev);
+  TuneOptions o = options();
+  o.quality_samples = 1000000000;
+  o.budget_s = 50.0;
+  const Plan plan = tune(runner, user(64), o);
+  ASSERT_GT(runner.quality_runs, 0) << plan.quality.why;
+  EXPECT_LT(runner.max_quality_samples, o.quality_samples);
+  EXPECT_EQ(plan.quality.samples, runner.max_quality_samples);
+  EXPECT_GE(plan.quality.samples, o.min_quality_steps * plan.config.train.batch_size);
+}
+
+TEST(Tuner, Issue13_TheGuardMeasuresTheMetricsNoiseAndNeverJudgesTighterThanIt) {
+  SimulatedProfile p = gpu_like();
+  p.metric_noise = 0.02;  // two points between seeds: a 1-point tolerance would be chance
+  SimulatedDevice dev(p, 23);
+  const Plan plan = tune(dev, user(64), options());
+  ASSERT_GE(plan.quality.metric_noise, 0) << plan.quality.why;
+  EXPECT_GE(plan.quality.tolerance, 2 * plan.quality.metric_noise - 1e-12);
+  EXPECT_GE(plan.quality.tolerance, options().quality_tolerance);
+  EXPECT_NE(plan.quality.why.find("seed-to-seed noise"), std::string::npos) << plan.quality.why;
+}
+
+TEST(Tuner, Issue13_CtrlCStopsAtATrialBoundaryWithAPartialPlan) {
+  SimulatedDevice dev(gpu_like(), 24);
+  Wrapped runner(dev);
+  runner.stop_after = 4;  // during the batch search
+  TuneOptions o = options();
+  o.stop = &runner.stop;
+  const Plan plan = tune(runner, user(64), o);
+  EXPECT_TRUE(plan.interrupted);
+  EXPECT_EQ(plan.stages.back().name, "interrupted");
+  EXPECT_EQ(plan.quality.status, "not_run");
+  EXPECT_EQ(runner.quality_runs, 0);
+  EXPECT_GT(plan.config.train.batch_size, 0);
+}
+
+TEST(Tuner, Issue13_AMemorySaverOverTheReserveIsNotTaken) {
+  // The user's batch does not fit at once; checkpointing measures 10x faster but peaks at 95%
+  // of the limit, inside the 10% reserve. Before issue 13 only the batch search enforced the
+  // reserve and the memory-saver stage took it.
+  SimulatedProfile p = gpu_like();
+  p.bf16_speedup = 1.0;
+  p.half_batch = 4;
+  SimulatedDevice dev(p, 25);
+  Wrapped runner(dev);
+  runner.checkpoint_peak_bytes = static_cast<int64_t>(0.95 * static_cast<double>(p.limit_bytes));
+  TuneOptions o = options();
+  o.precisions.clear();
+  const Plan plan = tune(runner, user(4096), o);
+  EXPECT_EQ(plan.config.train.checkpoint_segments, 0) << stage(plan, "memory_savers").why;
+  EXPECT_LE(plan.tuned.peak_memory_bytes, static_cast<int64_t>(0.9 * p.limit_bytes));
+}
+
+TEST(Tuner, Issue13_OutOfMemoryInAQualityRunIsAValueAndTheCandidateIsRejected) {
+  SimulatedDevice dev(gpu_like(), 26);
+  Wrapped runner(dev);
+  TuneOptions o = options();
+  // Find the batch the tuner picks, then make its quality run run out of memory.
+  SimulatedDevice probe_dev(gpu_like(), 26);
+  const Plan first = tune(probe_dev, user(64), o);
+  ASSERT_GT(first.config.train.batch_size, 64);
+  runner.oom_quality_batch = first.config.train.batch_size;
+  Plan plan;
+  EXPECT_NO_THROW(plan = tune(runner, user(64), o));
+  EXPECT_NE(plan.quality.why.find("out of memory"), std::string::npos) << plan.quality.why;
+  EXPECT_NE(plan.config.train.batch_size, first.config.train.batch_size);
 }
 
 TEST(Tuner, WithoutQualitySamplesTheGuardSaysItDidNotRun) {

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// Issue 13: the quality guard with a real model on real data (Fashion-MNIST, an MLP, the
+// LibTorch trial runner and the pipeline `train` builds), judging on a held-out validation
+// split. It must reject a harmful change (a linearly rescaled SGD learning rate that diverges)
+// and accept a harmless one (AdamW's square-root rule); neither outcome is enforced by the
+// code under test, only by what the runs measure.
+#include <gtest/gtest.h>
+
+#include "saturate/data/training_input.h"
+#include "saturate/device/device_memory.h"
+#include "saturate/tune/torch_trial_runner.h"
+#include "saturate/tune/tuner.h"
+
+namespace saturate {
+namespace {
+
+struct Fixture {
+  TrainingInput input;
+  std::unique_ptr<DeviceMemory> memory;
+  std::unique_ptr<TorchTrialRunner> runner;
+};
+
+Fixture open_fmnist() {
+  InputOptions in;
+  in.data_spec = "fashion-mnist";
+  in.val_fraction = 0.05;
+  Fixture f;
+  f.input = open_training_input(in, /*cuda_device=*/-1);
+  f.memory = make_device_memory(c10::Device("cpu"), int64_t{512} << 20);
+  f.runner = std::make_unique<TorchTrialRunner>("mlp", f.input, c10::Device("cpu"), *f.memory,
+                                                /*max_batch=*/512);
+  return f;
+}
+
+TuneOptions guard_only(int64_t samples, int64_t max_batch = 512) {
+  TuneOptions o;
+  o.effective_batch = EffectiveBatch::kRescale;
+  o.quality_samples = samples;
+  o.search.max_batch = max_batch;
+  o.measure_steps = 3;
+  return o;
+}
+
+}  // namespace
+
+TEST(QualityGuardReal, Issue13_RejectsALinearlyRescaledSgdRateThatDiverges) {
+  Fixture f = open_fmnist();
+  ASSERT_EQ(f.input.splits.validation.size(), 3000);
+  TrialConfig base;
+  base.train.batch_size = 8;
+  base.train.optimizer = OptimizerKind::kSgd;
+  base.train.lr = 0.01;  // learns at batch 8; ~50x that at batch ~400 does not
+  base.train.momentum = 0.9;
+  const Plan plan = tune(*f.runner, base, guard_only(8192));
+  ASSERT_GT(plan.trials.size(), 0u);
+  EXPECT_EQ(plan.quality.metric, "val_accuracy");
+  // The rescaled candidate is rejected; the next candidate is the user's batch and rate.
+  EXPECT_NE(plan.quality.why.find("rejected"), std::string::npos) << plan.quality.why;
+  EXPECT_EQ(plan.config.train.batch_size, 8) << plan.quality.why;
+  EXPECT_DOUBLE_EQ(plan.config.train.lr, 0.01);
+  EXPECT_GT(plan.quality.baseline, 0.6) << "the baseline learned something";
+  EXPECT_NE(plan.effective_batch, "lr_rescaled");
+  EXPECT_GE(plan.quality.metric_noise, 0.0);
+}
+
+TEST(QualityGuardReal, Issue13_AcceptsAHarmlessSquareRootRescaleForAdamW) {
+  Fixture f = open_fmnist();
+  TrialConfig base;
+  base.train.batch_size = 64;
+  base.train.optimizer = OptimizerKind::kAdamW;
+  base.train.lr = 1e-3;
+  // Twice the batch at √2 the rate, judged on the same 16384 samples: a harmless change. (At
+  // 64x the batch, 16 steps instead of 1024 do lose 10 points, and the guard says so.)
+  const Plan plan = tune(*f.runner, base, guard_only(16384, /*max_batch=*/128));
+  ASSERT_EQ(plan.config.train.batch_size, 128) << plan.quality.why;
+  EXPECT_EQ(plan.quality.status, "accepted") << plan.quality.why;
+  EXPECT_TRUE(plan.quality.accepted);
+  EXPECT_GT(plan.quality.baseline, 0.6) << "the baseline learned something";
+  EXPECT_GE(plan.quality.tuned, plan.quality.baseline - plan.quality.tolerance);
+}
+
+}  // namespace saturate

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "recipe.h"
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+#include "saturate/core/error.h"
+#include "saturate/core/log.h"
+#include "saturate/core/units.h"
+#include "saturate/device/device_spec.h"
+#include "saturate/device/threads.h"
+#include "saturate/tune/plan.h"
+#include "saturate/tune/tuner.h"
+
+namespace saturate::cli {
+
+namespace {
+// Less than this cannot hold a model, a batch and an optimizer: a typo, not a plan.
+constexpr int64_t kMinMemoryLimitBytes = int64_t{1} << 20;
+}  // namespace
+
+void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
+  TrainOptions& t = f.train;
+  if (use != RecipeUse::kTune) {
+    app.add_option("--config", f.config,
+                   "use the configuration in a plan.json from `saturate tune`; flags given here "
+                   "override it");
+  }
+  app.add_option("--model", f.model,
+                 "fmnist-cnn, mlp, mlp-deep, resnet18-cifar, or a TorchScript file (PATH.pt)")
+      ->capture_default_str();
+  app.add_option("--data", f.data, kDataSpecHelp)->capture_default_str();
+  app.add_option("--device", f.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--epochs", t.epochs, "passes over the training split")->capture_default_str();
+  app.add_option("--steps", t.steps, "optimizer steps; overrides --epochs when > 0")
+      ->capture_default_str();
+  app.add_option("--batch-size", t.batch_size, "samples per optimizer step")
+      ->capture_default_str();
+  app.add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw")->capture_default_str();
+  app.add_option("--momentum", t.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", t.weight_decay, "weight decay")->capture_default_str();
+  app.add_option("--schedule", f.schedule, "constant or cosine (after warm-up)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", t.warmup_steps, "linear LR warm-up steps; -1 = 2% of the run")
+      ->capture_default_str();
+  app.add_option("--precision", f.precision, "fp32, tf32 (CUDA), bf16, fp16 (CUDA) or auto")
+      ->capture_default_str();
+  app.add_option("--accumulate", t.accumulate,
+                 "micro-batches per optimizer step (same effective --batch-size)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-segments", t.checkpoint_segments,
+                 "recompute activations in this many segments (0 = off)")
+      ->capture_default_str();
+  app.add_option("--memory-limit", f.memory_limit,
+                 "cap device memory, e.g. 2GiB (CPU: a budget; CUDA: a smaller card)");
+  app.add_option("--threads", f.threads, "LibTorch intra-op threads; 0 = usable cores")
+      ->capture_default_str();
+  app.add_option("--seed", t.seed, "seed for weights and data order")->capture_default_str();
+  app.add_option("--workers", f.workers,
+                 "input-pipeline threads making batches ahead of training; 0 = in the training "
+                 "thread")
+      ->capture_default_str();
+  app.add_option("--prefetch", f.prefetch, "batches made ahead (at least one per worker)")
+      ->capture_default_str();
+  app.add_option("--cache", f.cache, "keep up to SIZE of read samples in memory, e.g. 1GiB");
+  app.add_option("--crop", f.crop,
+                 "random SIZE x SIZE crop of each training sample (evaluation: the centre)");
+  app.add_option("--pad", f.pad, "zero pixels added to each side before --crop");
+  app.add_flag("--flip", f.flip, "random horizontal flips of training samples");
+  app.add_option("--val-fraction", f.val_fraction,
+                 use == RecipeUse::kTune
+                     ? "share of the training data held out (seeded) to judge every change"
+                     : "share of the training data held out (seeded) as a validation split; 0: "
+                       "none")
+      ->capture_default_str();
+  app.add_option("--eval-batch-size", t.eval_batch_size, "samples per evaluation forward pass")
+      ->capture_default_str();
+  app.add_option("--eval-every", t.eval_every,
+                 "evaluate the validation split every N steps as well as at the end; 0 = at "
+                 "the end")
+      ->capture_default_str();
+}
+
+void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f) {
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  const TrainOptions& p = plan.config.train;
+  TrainOptions& t = f.train;
+  if (!plan.model.empty() && !given("--model")) f.model = plan.model;
+  if (!plan.data.empty() && !given("--data")) f.data = plan.data;
+  if (!plan.device.empty() && !given("--device")) f.device = plan.device;
+  if (plan.memory_limit_bytes > 0 && !given("--memory-limit"))
+    f.memory_limit = std::to_string(plan.memory_limit_bytes);
+  if (!given("--precision")) f.precision = to_string(p.precision);
+  if (!given("--checkpoint-segments")) t.checkpoint_segments = p.checkpoint_segments;
+  if (!given("--warmup-steps")) t.warmup_steps = p.warmup_steps;
+  if (!given("--optimizer")) f.optimizer = to_string(p.optimizer);
+  if (!given("--schedule")) f.schedule = to_string(p.schedule);
+  if (!given("--momentum")) t.momentum = p.momentum;
+  if (!given("--weight-decay")) t.weight_decay = p.weight_decay;
+  if (!given("--eval-batch-size")) t.eval_batch_size = p.eval_batch_size;
+  if (!given("--eval-every")) t.eval_every = p.eval_every;
+  if (!given("--threads")) f.threads = plan.config.threads;
+  if (!given("--seed")) t.seed = p.seed;
+  if (!given("--workers")) f.workers = plan.config.workers;
+  if (!given("--prefetch")) f.prefetch = plan.config.prefetch;
+  if (!given("--crop")) f.crop = plan.crop;
+  if (!given("--pad")) f.pad = plan.pad;
+  if (!given("--flip")) f.flip = plan.flip;
+  if (!given("--cache")) f.cache = plan.cache;
+  if (!given("--val-fraction")) f.val_fraction = plan.quality.val_fraction;
+  if (!given("--lr")) t.lr = p.lr;
+  if (!given("--accumulate")) t.accumulate = p.accumulate;
+  if (!given("--batch-size")) {
+    t.batch_size = p.batch_size;
+    return;
+  }
+  if (t.batch_size == p.batch_size) return;
+  // Another batch than the plan's: its effective-batch rule applies to the new batch too.
+  if (plan.effective_batch == "lr_rescaled" && !given("--lr")) {
+    t.lr = rescaled_lr(p.lr, p.optimizer, p.batch_size, t.batch_size);
+    SATURATE_LOG_INFO("train: --batch-size ", t.batch_size, " instead of the plan's ",
+                      p.batch_size, ": learning rate rescaled ", format_fixed(p.lr, 6), " → ",
+                      format_fixed(t.lr, 6), " by the plan's rule (",
+                      p.optimizer == OptimizerKind::kSgd ? "linear, SGD" : "square root, AdamW",
+                      ")");
+  } else if (p.accumulate > 1 && !given("--accumulate")) {
+    const int64_t micro = (p.batch_size + p.accumulate - 1) / p.accumulate;
+    t.accumulate = std::max<int64_t>(1, (t.batch_size + micro - 1) / micro);
+    SATURATE_LOG_INFO("train: --batch-size ", t.batch_size, " instead of the plan's ",
+                      p.batch_size, ": ", t.accumulate, " micro-batches of at most ", micro,
+                      " (the plan's micro-batch, which fits in memory)");
+  } else if (!given("--accumulate")) {
+    t.accumulate = 1;
+  }
+}
+
+Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
+  Recipe r;
+  r.train = f.train;
+  r.train.optimizer = parse_optimizer(f.optimizer);
+  r.train.schedule = parse_schedule(f.schedule);
+  const Precision requested = parse_precision(f.precision);
+  if (!f.memory_limit.empty()) {
+    r.memory_limit_bytes = parse_bytes(f.memory_limit, "--memory-limit");
+    SATURATE_CHECK(r.memory_limit_bytes >= kMinMemoryLimitBytes, command, ": --memory-limit ",
+                   f.memory_limit, " is below ", format_bytes(kMinMemoryLimitBytes),
+                   ", too little for any model; give a size such as 2GiB");
+  }
+  SATURATE_CHECK(f.workers >= 0 && f.workers <= 256, command,
+                 ": --workers must be in [0, 256], got ", f.workers);
+  SATURATE_CHECK(f.prefetch >= 1 && f.prefetch <= 64, command,
+                 ": --prefetch must be in [1, 64], got ", f.prefetch);
+  r.input.data_spec = f.data;
+  r.input.cache_bytes = f.cache.empty() ? 0 : parse_bytes(f.cache, "--cache");
+  r.input.crop = f.crop;
+  r.input.pad = f.pad;
+  r.input.flip = f.flip;
+  r.input.val_fraction = f.val_fraction;
+  r.input.val_seed = f.train.seed;
+  const DeviceSpec spec = DeviceSpec::parse(f.device);
+  r.threads = configure_threads(f.threads);
+  r.probe = probe_devices();
+  const DeviceChoice choice = select_device(spec, r.probe);
+  r.device = choice.device;
+  r.device_reason = choice.reason;
+  const PrecisionChoice precision = resolve_precision(requested, r.device, r.probe);
+  r.train.precision = precision.precision;
+  if (requested == Precision::kAuto)
+    SATURATE_LOG_INFO(command, ": --precision auto: ", precision.reason);
+  r.train.validate();
+  return r;
+}
+
+TrainingInput open_recipe_input(const Recipe& r) {
+  const int cuda = r.device.is_cuda() ? (r.device.has_index() ? r.device.index() : 0) : -1;
+  return open_training_input(r.input, cuda);
+}
+
+}  // namespace saturate::cli

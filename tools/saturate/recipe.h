@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The training recipe's flags, declared once for train, profile and tune (one help text each),
+// and what they resolve to: the device, the precision, the input pipeline and TrainOptions. A
+// tune trial, a profile and a train run of the same flags build the same pipeline and step.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "saturate/data/training_input.h"
+#include "saturate/device/probe.h"
+#include "saturate/train/train_options.h"
+
+namespace CLI {
+class App;
+}
+
+namespace saturate {
+struct Plan;
+}
+
+namespace saturate::cli {
+
+struct RecipeFlags {
+  std::string model = "fmnist-cnn";
+  std::string data = "fashion-mnist";
+  std::string device = "auto";
+  std::string optimizer = "adamw";
+  std::string schedule = "cosine";
+  std::string precision = "fp32";
+  std::string memory_limit;  ///< a size; empty: the device's
+  std::string cache;         ///< a size; empty: no cache
+  std::string config;        ///< plan.json from `saturate tune`
+  int threads = 0;
+  int workers = 0;
+  int prefetch = 2;
+  int64_t crop = 0, pad = 0;
+  bool flip = false;
+  double val_fraction = 0;
+  TrainOptions train;
+};
+
+/// Which command the flags are for: tune has no --config, and the defaults differ.
+enum class RecipeUse { kTrain, kProfile, kTune };
+
+/// Declares the recipe's flags on `app`, bound to `flags` (whose values are the defaults).
+void add_recipe_flags(CLI::App& app, RecipeFlags& flags, RecipeUse use);
+
+/// Takes what `plan` decided for every recipe setting the command line did not give (flags
+/// given explicitly override the plan, the plan overrides the defaults). A --batch-size that
+/// differs from the plan's re-applies the plan's effective-batch rule (LR rescaled, or the
+/// micro-batch kept through accumulation) and says so in the log.
+void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& flags);
+
+/// The recipe resolved on this machine.
+struct Recipe {
+  c10::Device device{c10::kCPU};
+  std::string device_reason;
+  DeviceProbe probe;
+  int threads = 0;
+  int64_t memory_limit_bytes = 0;  ///< 0: the device's own
+  TrainOptions train;              ///< precision resolved, validated
+  InputOptions input;
+};
+
+/// Parses names and sizes (exit-2 errors naming the flag), sets the threads, picks the device
+/// and resolves the precision. An impossible --memory-limit (below 1 MiB) is a usage error.
+Recipe resolve_recipe(const RecipeFlags& flags, const char* command);
+
+/// The input pipeline of the recipe on its device (pinned buffers and side-stream copies for
+/// CUDA): what train, profile and every tune trial read through.
+TrainingInput open_recipe_input(const Recipe& recipe);
+
+}  // namespace saturate::cli
