@@ -349,7 +349,7 @@ json quality_to_json(const QualityCheck& q) {
 
 QualityCheck quality_from_json(const FieldReader& r) {
   QualityCheck q;
-  q.status = r.name("status", q.status, {"accepted", "rejected", "not_run", "unaffordable"});
+  q.status = r.name("status", q.status, {"accepted", "rejected", "not_run", "unaffordable", "inconclusive"});
   q.metric = r.string("metric", q.metric);
   q.metric_noise = r.number("metric_noise", q.metric_noise);
   q.loss_noise = r.number("loss_noise", q.loss_noise);

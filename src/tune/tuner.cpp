@@ -535,7 +535,12 @@ class Tuner {
     const int64_t needed = o_.min_quality_steps * largest_batch;
     int64_t samples = std::max(o_.quality_samples, needed);
     if (std::isfinite(left)) {
-      const double affordable = std::max(0.0, 0.8 * left) / (1.15 * seconds_per_sample);
+      // Each run also evaluates the validation split (inference: about twice a training
+      // step's samples/s, conservatively).
+      const double eval_s = static_cast<double>(2 + candidates.size()) *
+                            static_cast<double>(o_.eval_samples) / (2.0 * slowest);
+      const double affordable =
+          std::max(0.0, 0.8 * left - eval_s) / (1.15 * seconds_per_sample);
       samples = static_cast<int64_t>(std::min(static_cast<double>(samples), affordable));
     }
     if (samples < needed) {
@@ -577,6 +582,21 @@ class Tuner {
     q.tolerance = metric_tol;
     plan_.baseline.validation_metric = b.validation_metric;
     plan_.baseline.final_loss = b.final_loss;
+    // Runs so short that two seeds of the same configuration disagree by several tolerances
+    // cannot tell a harmful change from a harmless one: say so rather than accept anything.
+    if (metric_tol > o_.max_tolerance_factor * o_.quality_tolerance) {
+      q.status = "inconclusive";
+      q.why = std::to_string(samples) + " training samples per run (what the budget affords): "
+              "seed-to-seed noise: the baseline's two seeds differ by " + format_fixed(100 * q.metric_noise, 2) +
+              " points of " + q.metric + ", more than " +
+              format_fixed(o_.max_tolerance_factor / 2 * 100 * o_.quality_tolerance, 1) +
+              " points, so these runs cannot judge a change; kept only changes that leave the "
+              "optimisation as it was: " + ref.describe() +
+              " (a larger --budget-s or --quality-samples buys longer runs)";
+      fall_back(ref, "the quality guard's runs were too short to judge the batch change");
+      finish_stage("quality_guard", after, sps(current_out_), true, q.why);
+      return;
+    }
     std::ostringstream why;
     why << samples << " training samples per run; seed-to-seed noise " << q.metric
         << " " << format_fixed(100 * q.metric_noise, 2) << " points, loss "

@@ -58,6 +58,7 @@ struct PlanTrial {
 struct QualityCheck {
   /// "accepted" | "rejected" (every candidate failed; the plan fell back) | "not_run" (nothing
   /// to check, or asked off) | "unaffordable" (the budget could not pay for a meaningful run)
+  /// | "inconclusive" (the runs it could afford were noisier than the tolerance; fell back)
   std::string status = "not_run";
   std::string metric = "val_accuracy";
   double baseline = -1, tuned = -1;          ///< validation metric of each

@@ -48,6 +48,11 @@ struct TuneOptions {
   /// cannot pay for that, it is not run and only changes that leave the optimisation as the
   /// user had it (accumulation, workers, threads, checkpointing) are kept.
   int64_t min_quality_steps = 8;
+  /// Validation samples each guard run evaluates (sizes the runs to the budget).
+  int64_t eval_samples = 0;
+  /// When twice the baseline's seed-to-seed noise exceeds this many quality tolerances, the
+  /// guard's runs are too short to judge: status "inconclusive", math-preserving fall-back.
+  double max_tolerance_factor = 5.0;
   int max_checkpoint_segments = 4;    ///< memory-saver stage tries 2..this segments
   /// Set (by Ctrl-C) to stop at the next trial boundary; tune() then returns the plan so far
   /// with `interrupted` set.

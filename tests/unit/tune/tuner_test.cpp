@@ -378,4 +378,19 @@ TEST(Tuner, FastInputLeavesThePipelineAlone) {
   EXPECT_EQ(plan.config.workers, 0);
 }
 
+TEST(Tuner, Issue13_AGuardNoisierThanItsToleranceIsInconclusiveAndFallsBack) {
+  // Two seeds of the same configuration 20 points apart (a run far too short, a tiny
+  // validation split): accepting anything within 2x that would let any change through.
+  SimulatedProfile p = gpu_like();
+  p.metric_noise = 0.2;
+  SimulatedDevice dev(p, 27);
+  const Plan plan = tune(dev, user(64), options());
+  ASSERT_GT(plan.quality.metric_noise, 0.025) << plan.quality.why;
+  EXPECT_EQ(plan.quality.status, "inconclusive") << plan.quality.why;
+  EXPECT_FALSE(plan.quality.accepted);
+  EXPECT_EQ(plan.config.train.batch_size, 64);
+  EXPECT_EQ(plan.config.train.precision, Precision::kFp32);
+  EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
+}
+
 }  // namespace saturate
