@@ -16,6 +16,7 @@ function(saturate_add_test)
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
-  gtest_discover_tests(${target} DISCOVERY_MODE PRE_TEST
+  # Listing a test binary loads LibTorch (~0.5 s alone, several s on a loaded machine).
+  gtest_discover_tests(${target} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600)
 endfunction()

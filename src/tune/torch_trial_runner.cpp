@@ -81,6 +81,30 @@ TorchTrialRunner::TorchTrialRunner(std::string model_spec, const TrainingInput& 
                                                         : input.splits.test;
 }
 
+ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions& o,
+                                        MemorySink& sink, TrainSummary* summary) {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Trainer> trainer;
+  // Building the model and optimizer is part of what must fit, and so are the Loader's
+  // buffers: the pipeline `train` builds for the same flags.
+  const ProbeResult p = probe_once(
+      [&] {
+        seed_everything(o.seed);
+        model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
+        trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
+        Loader loader(*input_.source,
+                      input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
+        const TrainSummary s = trainer->fit(loader, eval_, &sink);
+        if (summary) *summary = s;
+      },
+      memory_);
+  // Out of the catch block: drop the run's tensors, then the allocator's cache.
+  trainer.reset();
+  model.reset();
+  memory_.release_cached();
+  return p;
+}
+
 TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   SATURATE_CHECK(request.steps > 0, "tune: a trial needs at least one step");
   const TrialConfig& c = request.config;
@@ -90,23 +114,10 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   o.evaluate = false;
   o.timing_warmup_steps = request.warmup_steps;
   MemorySink sink;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Trainer> trainer;
-  // Building the model and optimizer is part of what must fit. Failures other than running out
-  // of memory end the search: the model cannot train at all.
+  // Failures other than running out of memory end the search: the model cannot train at all.
   ProbeResult p;
   try {
-    p = probe_once(
-        [&] {
-          seed_everything(o.seed);
-          model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
-          trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
-          // The pipeline train builds; its buffers count too.
-          Loader loader(*input_.source,
-                        input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
-          trainer->fit(loader, eval_, &sink);
-        },
-        memory_);
+    p = fit_fresh(c, o, sink, nullptr);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -115,10 +126,6 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
     SATURATE_CHECK(false, "tune: ", model_spec_, " cannot run a training step (", c.describe(),
                    "): ", what);
   }
-  // Out of the catch block: drop the trial's tensors, then the allocator's cache.
-  trainer.reset();
-  model.reset();
-  memory_.release_cached();
   TrialOutcome out;
   out.fits = p.outcome == ProbeOutcome::kFits;
   out.steps_run = static_cast<int64_t>(sink.records().size()) + (out.fits ? 0 : 1);
@@ -136,23 +143,9 @@ QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t sa
   o.timing_warmup_steps = 0;
   MemorySink sink;
   TrainSummary s;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Trainer> trainer;
   const auto start = std::chrono::steady_clock::now();
   // Out of memory in a quality run (evaluation included) is a value, as in a trial.
-  const ProbeResult p = probe_once(
-      [&] {
-        seed_everything(o.seed);
-        model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
-        trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
-        Loader loader(*input_.source,
-                      input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
-        s = trainer->fit(loader, eval_, &sink);
-      },
-      memory_);
-  trainer.reset();
-  model.reset();
-  memory_.release_cached();
+  const ProbeResult p = fit_fresh(c, o, sink, &s);
   QualityRun q;
   q.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   q.peak_memory_bytes = std::max(p.peak_bytes, s.peak_memory_bytes);

@@ -22,6 +22,9 @@
 namespace saturate {
 
 class DeviceMemory;
+class MemorySink;
+struct ProbeResult;
+struct TrainSummary;
 
 class TorchTrialRunner : public TrialRunner {
  public:
@@ -38,6 +41,11 @@ class TorchTrialRunner : public TrialRunner {
   int64_t max_batch_size() const override { return max_batch_; }
 
  private:
+  // Trains a fresh model of `c` with options `o` through the input's Loader; out of memory is
+  // the result's outcome, and everything is freed before it returns.
+  ProbeResult fit_fresh(const TrialConfig& c, const TrainOptions& o, MemorySink& sink,
+                        TrainSummary* summary);
+
   std::string model_spec_;
   const TrainingInput& input_;
   DatasetSplits eval_;  // the evaluation splits a quality run sees: validation as its test
