@@ -520,15 +520,15 @@ class Tuner {
     // candidate, each costing samples / samples/s and a margin for building and evaluating.
     const double slowest = std::max(1e-9, std::min(sps(current_out_), std::max(
         known_sps(ref), plan_.baseline.samples_per_s)));
-    double seconds_per_sample = 0;
-    for (const TrialConfig* c : {&ref, &ref}) {
-      const double v = known_sps(*c);
-      seconds_per_sample += 1.0 / (v > 0 ? v : slowest);
-    }
+    // A configuration not measured yet is assumed as slow as the slowest one that was.
+    auto seconds_per_sample_of = [&](const TrialConfig& c) {
+      const double v = known_sps(c);
+      return 1.0 / (v > 0 ? v : slowest);
+    };
+    double seconds_per_sample = 2.0 * seconds_per_sample_of(ref);  // the baseline's two seeds
     int64_t largest_batch = ref.train.batch_size;
     for (const TrialConfig& c : candidates) {
-      const double v = known_sps(c);
-      seconds_per_sample += 1.0 / (v > 0 ? v : slowest);
+      seconds_per_sample += seconds_per_sample_of(c);
       largest_batch = std::max(largest_batch, c.train.batch_size);
     }
     const double left = left_s();

@@ -118,8 +118,7 @@ int run_profile(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   if (!rf.config.empty()) {
     const Plan plan = read_plan(rf.config);
-    apply_plan(plan, app, rf);
-    if (!app.count("--steps")) rf.train.steps = 50;  // a profile, not the plan's whole run
+    apply_plan(plan, app, rf);  // leaves --steps alone: a profile, not the plan's whole run
   }
   SATURATE_CHECK(rf.train.steps > 0, "profile: --steps must be positive, got ", rf.train.steps);
   SATURATE_CHECK(window_steps > 0, "profile: --window must be positive, got ", window_steps);
