@@ -41,6 +41,13 @@ std::vector<std::pair<std::string, Strategy>> strategies() {
       {"saturate",
        [](saturate::TrialRunner& r, const TrialConfig& c) {
          const auto s = saturate::search_batch_size(r, c, g_search);
+         if (std::getenv("SATURATE_BENCH_PURPOSES")) {
+           static std::map<std::string, int64_t> by_purpose;
+           for (const auto& t : s.trials) by_purpose[t.purpose] += t.outcome.steps_run;
+           std::string line = "  steps by purpose:";
+           for (const auto& [k, v] : by_purpose) line += " " + k + "=" + std::to_string(v);
+           std::printf("%s\n", line.c_str());
+         }
          return Pick{s.chosen, s.steps};
        }},
       {"lightning-power",
@@ -103,6 +110,9 @@ void simulated(int profiles, double noise) {
       s.can_oom += oom ? 1 : 0;
       s.found_none += pick.chosen == 0 ? 1 : 0;
       s.at_97 += r >= 0.97 ? 1 : 0;
+      if (r < 0.97 && name == "saturate" && std::getenv("SATURATE_BENCH_MISSES"))
+        std::printf("  miss: seed %d, batch %lld, %.3f of grid: %s\n", seed,
+                    static_cast<long long>(pick.chosen), r, p.describe().c_str());
       s.ratio.push_back(r);
       s.steps.push_back(static_cast<double>(pick.steps));
       s.steps_vs_binsearch.push_back(static_cast<double>(pick.steps) /

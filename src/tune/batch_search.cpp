@@ -272,6 +272,10 @@ class Search {
     for (double step : {2.0, std::sqrt(2.0), std::pow(2.0, 0.25)}) {
       const int64_t center = best();
       if (center == 0 || (step < 1.4 && center == top) || late()) break;
+      // The top is the best and half of it is clearly slower: the curve rises into the top.
+      if (step < 2 && center == top && point(top / 2) &&
+          mean(top / 2) < mean(top) * (1.0 - 2.0 * noise_between(top / 2, top)))
+        break;
       const int64_t up = std::min(top, static_cast<int64_t>(std::llround(center * step)));
       const int64_t down = static_cast<int64_t>(std::llround(center / step));
       for (int64_t cand : {up, down}) {
@@ -288,7 +292,8 @@ class Search {
         if (b <= lo_ && b != lead && (second == 0 || tp.mean() > mean(second))) second = b;
       if (second == 0) break;
       const double gap = 1.0 - mean(second) / smoothed(lead);
-      if (gap > 2.0 * noise_between(lead, second)) break;
+      const double noise = noise_between(lead, second);
+      if (gap > 2.0 * noise || 2.0 * noise < o_.tolerance) break;
       trial(lead, o_.measure_steps, "repeat");
       trial(second, o_.measure_steps, "repeat");
     }

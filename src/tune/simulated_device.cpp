@@ -39,6 +39,7 @@ SimulatedProfile SimulatedProfile::random(uint64_t seed, double max_step_noise) 
   p.step_noise = uniform(0.005, std::max(0.005, max_step_noise));
   p.bf16_speedup = uniform(0.8, 2.5);
   p.bf16_memory = uniform(0.5, 0.8);
+  p.first_step_slowdown = uniform(1.2, 3.0);  // drawn last: earlier draws keep their values
   return p;
 }
 
@@ -109,7 +110,8 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
     if (peak > profile_.limit_bytes) return out;  // out of memory in this step
     out.measurement.peak_memory_bytes = std::max(out.measurement.peak_memory_bytes, peak);
     if (i < request.warmup_steps) continue;
-    const double step_sps = std::max(1e-6, sps * (1.0 + step_jitter(rng_)));
+    const double slowdown = i == 0 ? profile_.first_step_slowdown : 1.0;
+    const double step_sps = std::max(1e-6, sps * (1.0 + step_jitter(rng_)) / slowdown);
     timed.push_back(step_sps);
     samples += static_cast<double>(c.train.batch_size);
     seconds += static_cast<double>(c.train.batch_size) / step_sps;

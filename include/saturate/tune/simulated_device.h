@@ -37,6 +37,9 @@ struct SimulatedProfile {
   double best_lr_per_sample = 3e-3 / 64;  ///< lr / batch at which the synthetic quality peaks
   double reduced_precision_penalty = 0.0;  ///< accuracy lost under bf16/fp16 (a fragile model)
   double metric_noise = 0.003;  ///< seed-to-seed scatter (sd) of the validation metric
+  /// The first step of every trial takes this many times longer (allocations, kernel and
+  /// primitive selection, first-touch page faults): a one-step timing is not a measurement.
+  double first_step_slowdown = 1.0;
 
   /// A random but plausible device/model pair: the largest batch that fits spans 4…20000,
   /// about 40% of profiles have a throughput cliff below it, and one step's samples/s scatters
