@@ -39,6 +39,7 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "budget_s",
                                                 "interrupted",
                                                 "input",
+                                                "evaluation",
                                                 // diagnose() findings, added by saturate tune;
                                                 // reports read them, training does not
                                                 "findings",
@@ -395,7 +396,11 @@ nlohmann::json to_json(const Plan& plan) {
       {"budget_s", plan.budget_s},
       {"interrupted", plan.interrupted},
       {"input",
-       {{"crop", plan.crop}, {"pad", plan.pad}, {"flip", plan.flip}, {"cache", plan.cache}}}};
+       {{"crop", plan.crop}, {"pad", plan.pad}, {"flip", plan.flip}, {"cache", plan.cache}}},
+      {"evaluation",
+       {{"batch_size", plan.config.train.eval_batch_size},
+        {"samples_per_s", plan.eval_samples_per_s},
+        {"peak_memory_bytes", plan.eval_peak_memory_bytes}}}};
 }
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
@@ -439,6 +444,13 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
   p.pad = in.integer("pad", p.pad, 0, "a non-negative integer");
   p.flip = in.boolean("flip", p.flip);
   p.cache = in.string("cache", p.cache);
+  // config.eval_batch_size is what train uses; "evaluation" reports what tune measured there.
+  const FieldReader ev = r.object("evaluation");
+  ev.check_keys({"batch_size", "samples_per_s", "peak_memory_bytes"});
+  p.eval_samples_per_s =
+      ev.number("samples_per_s", p.eval_samples_per_s, is_non_negative, "a non-negative number");
+  p.eval_peak_memory_bytes =
+      ev.integer("peak_memory_bytes", p.eval_peak_memory_bytes, 0, "a non-negative integer");
   return p;
 }
 

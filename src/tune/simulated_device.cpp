@@ -142,6 +142,25 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
   return out;
 }
 
+EvalTrial SimulatedDevice::evaluate(const TrialConfig& config, int64_t eval_batch,
+                                    int64_t batches) {
+  EvalTrial t;
+  t.measured = true;
+  TrialConfig c = config;
+  c.train.batch_size = eval_batch;
+  c.train.accumulate = 1;
+  c.train.checkpoint_segments = 0;
+  const int64_t activations = profile_.worst_peak_bytes(c) - profile_.fixed_bytes;
+  t.peak_memory_bytes = profile_.fixed_bytes + activations / 4;
+  t.fits = t.peak_memory_bytes <= profile_.limit_bytes;
+  if (!t.fits) return t;
+  std::normal_distribution<double> jitter(0.0, profile_.step_noise);
+  t.samples = eval_batch * batches;
+  t.samples_per_s = 3.0 * sps_without_data(profile_, c) *
+                    (1.0 + jitter(rng_) / std::sqrt(static_cast<double>(batches)));
+  return t;
+}
+
 QualityRun SimulatedDevice::train_and_validate(const TrialConfig& c, int64_t samples) {
   QualityRun q;
   if (profile_.worst_peak_bytes(c) > profile_.limit_bytes) {

@@ -134,6 +134,59 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   return out;
 }
 
+EvalTrial TorchTrialRunner::evaluate(const TrialConfig& c, int64_t eval_batch, int64_t batches) {
+  SATURATE_CHECK(eval_batch > 0 && batches > 0, "tune: an evaluation needs batches");
+  EvalTrial out;
+  const TensorDataset& split = eval_.validation;
+  if (split.size() == 0) return out;
+  out.measured = true;
+  ThreadScope threads(c.threads);
+  TrainOptions o = c.train;
+  o.steps = 1;
+  o.evaluate = false;
+  o.eval_every = 0;
+  o.eval_batch_size = eval_batch;
+  o.timing_warmup_steps = 0;
+  // The first batch warms up (kernels, allocations); the timed batches follow it.
+  auto head = [&](int64_t n) {
+    TensorDataset d = split;
+    n = std::min(n, split.size());
+    d.inputs = split.inputs.narrow(0, 0, n);
+    d.targets = split.targets.narrow(0, 0, n);
+    return d;
+  };
+  const TensorDataset warm = head(eval_batch), timed = head(eval_batch * batches);
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Trainer> trainer;
+  double seconds = 0;
+  const ProbeResult p = probe_once(
+      [&] {
+        seed_everything(o.seed);
+        model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
+        trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
+        {
+          Loader loader(*input_.source,
+                        input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
+          trainer->fit(loader, eval_, nullptr);
+        }
+        // The evaluation's own peak, on top of what training keeps resident.
+        memory_.reset_peak();
+        trainer->evaluate(warm, eval_.normalize_mean, eval_.normalize_std);
+        const auto start = std::chrono::steady_clock::now();
+        const EvalResult r = trainer->evaluate(timed, eval_.normalize_mean, eval_.normalize_std);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        out.samples = r.samples;
+      },
+      memory_);
+  trainer.reset();
+  model.reset();
+  memory_.release_cached();
+  out.fits = p.outcome == ProbeOutcome::kFits;
+  out.peak_memory_bytes = p.peak_bytes;
+  if (out.fits && seconds > 0) out.samples_per_s = static_cast<double>(out.samples) / seconds;
+  return out;
+}
+
 QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t samples) {
   SATURATE_CHECK(samples > 0, "tune: a quality run needs samples");
   ThreadScope threads(c.threads);

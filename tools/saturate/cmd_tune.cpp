@@ -180,6 +180,7 @@ int run_tune(const std::vector<std::string>& args) {
                                      : recipe.train.epochs * train_samples;
   o.quality_samples = quality_samples >= 0 ? quality_samples : recipe_samples;
   o.eval_samples = input.splits.validation.size();
+  o.tune_eval_batch = app.count("--eval-batch-size") == 0;  // a given one is only checked
   // After the data is loaded: the budget is for training, not the dataset.
   auto memory = make_device_memory(recipe.device, recipe.memory_limit_bytes);
   TorchTrialRunner runner(rf.model, input, recipe.device, *memory, o.search.max_batch);

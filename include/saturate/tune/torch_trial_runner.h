@@ -37,6 +37,7 @@ class TorchTrialRunner : public TrialRunner {
                    DeviceMemory& memory, int64_t max_batch = int64_t{1} << 40);
   TrialOutcome run(const TrialRequest& request) override;
   QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override;
+  EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) override;
   int64_t memory_limit_bytes() const override { return limit_bytes_; }
   int64_t max_batch_size() const override { return max_batch_; }
 

@@ -68,6 +68,17 @@ struct QualityRun {
   std::vector<double> losses;      ///< training loss per step
 };
 
+/// Evaluation of a configuration's model at one evaluation batch size, under inference mode
+/// and with the training state (weights, gradients, optimizer state) resident, as when `train`
+/// evaluates: peak memory of the evaluation alone and its samples/s.
+struct EvalTrial {
+  bool measured = false;  ///< false: this runner cannot evaluate (the tuner skips the stage)
+  bool fits = false;      ///< false: out of memory (a value, like a trial's)
+  double samples_per_s = 0;
+  int64_t peak_memory_bytes = 0;
+  int64_t samples = 0;    ///< timed evaluation samples
+};
+
 /// Runs trials. Implementations leave no trace of a trial: model, optimizer, RNG and allocator
 /// state are as before, whatever the outcome. Errors other than running out of memory throw.
 class TrialRunner {
@@ -78,6 +89,12 @@ class TrialRunner {
   /// samples and validates it on the held-out split. Running out of memory is returned as
   /// `fits == false`, with everything freed, as for run().
   virtual QualityRun train_and_validate(const TrialConfig& config, int64_t samples) = 0;
+  /// Evaluates `batches` batches of `eval_batch` validation samples (at most the whole split)
+  /// after one training step of `config`, the first batch untimed.
+  virtual EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) {
+    (void)config, (void)eval_batch, (void)batches;
+    return {};
+  }
 
   /// Memory available to training, in bytes (a --memory-limit, or the device's capacity).
   virtual int64_t memory_limit_bytes() const = 0;
@@ -92,6 +109,9 @@ class CountingRunner : public TrialRunner {
   TrialOutcome run(const TrialRequest& request) override;
   QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override {
     return inner_.train_and_validate(config, samples);
+  }
+  EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) override {
+    return inner_.evaluate(config, eval_batch, batches);
   }
 
   int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }

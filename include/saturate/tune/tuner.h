@@ -33,6 +33,7 @@ struct TuneOptions {
   std::vector<Precision> precisions;  ///< to try besides the base's, in order; the device's set
   std::vector<int> threads;           ///< intra-op thread counts to try; empty skips the stage
   int max_workers = 0;                ///< input-pipeline workers to climb to; 0 skips the stage
+  int max_prefetch = 16;              ///< deepest prefetch queue (batches) the input stage tries
   double data_wait_target = 0.02;     ///< the input stage stops once data wait is below this share
   int64_t measure_steps = 6;          ///< steps per stage measurement, the first untimed
   double min_gain = 0.03;             ///< a change must be this much faster, and beyond noise
@@ -54,6 +55,12 @@ struct TuneOptions {
   /// guard's runs are too short to judge: status "inconclusive", math-preserving fall-back.
   double max_tolerance_factor = 5.0;
   int max_checkpoint_segments = 4;    ///< memory-saver stage tries 2..this segments
+  /// The evaluation-batch stage: false keeps the base's eval batch (given by the user) after
+  /// checking that it fits. Candidates double from the training micro-batch up to the
+  /// validation split; each is measured on `eval_batches` timed batches.
+  bool tune_eval_batch = true;
+  int64_t eval_batches = 2;
+  double eval_tolerance = 0.03;  ///< the largest batch within this share of the fastest wins
   /// Set (by Ctrl-C) to stop at the next trial boundary; tune() then returns the plan so far
   /// with `interrupted` set.
   const std::atomic<bool>* stop = nullptr;
