@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/device/threads.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <sched.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +54,28 @@ int configure_threads(int requested) {
   SATURATE_LOG_DEBUG("threads: LibTorch uses ", in_effect, " intra-op threads (", usable,
                      " usable cores)");
   return in_effect;
+}
+
+bool configure_denormals(bool flush) {
+  const bool supported = at::globalContext().setFlushDenormal(flush);
+  if (flush && !supported)
+    SATURATE_LOG_DEBUG("threads: this CPU cannot flush denormals; computing them in full");
+  return flush && supported;
+}
+
+bool configure_host_allocator() {
+#if defined(__GLIBC__)
+  // glibc accepts at most 32 MiB (half its 64 MiB heap size) through mallopt; larger blocks
+  // are rare per step and cost one fault per page either way.
+  constexpr int kMmapThreshold = 32 << 20;
+  const bool ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
+                  mallopt(M_TRIM_THRESHOLD, 2 * kMmapThreshold) == 1 &&
+                  mallopt(M_TOP_PAD, 16 << 20) == 1;
+  if (!ok) SATURATE_LOG_DEBUG("threads: malloc refused the heap settings; left as they were");
+  return ok;
+#else
+  return false;
+#endif
 }
 
 }  // namespace saturate

@@ -38,6 +38,7 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "tune_wall_s",
                                                 "budget_s",
                                                 "interrupted",
+                                                "denormals",
                                                 "input",
                                                 "evaluation",
                                                 // diagnose() findings, added by saturate tune;
@@ -395,6 +396,7 @@ nlohmann::json to_json(const Plan& plan) {
       {"tune_wall_s", plan.tune_wall_s},
       {"budget_s", plan.budget_s},
       {"interrupted", plan.interrupted},
+      {"denormals", plan.denormals},
       {"input",
        {{"crop", plan.crop}, {"pad", plan.pad}, {"flip", plan.flip}, {"cache", plan.cache}}},
       {"evaluation",
@@ -438,6 +440,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
   p.tune_wall_s = r.number("tune_wall_s", p.tune_wall_s, is_non_negative, "a non-negative number");
   p.budget_s = r.number("budget_s", p.budget_s, is_non_negative, "a non-negative number");
   p.interrupted = r.boolean("interrupted", p.interrupted);
+  p.denormals = r.name("denormals", p.denormals, {"flush", "keep"});
   const FieldReader in = r.object("input");
   in.check_keys({"crop", "pad", "flip", "cache"});
   p.crop = in.integer("crop", p.crop, 0, "a non-negative integer");

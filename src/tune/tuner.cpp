@@ -574,7 +574,7 @@ class Tuner {
   // high (the winner's curse). The plan's numbers come from fresh runs of the tuned and the
   // user's configuration, which nothing selected: two interleaved rounds, so that a moment of
   // interference (another process taking the cores) cannot decide alone. Each configuration is
-  // reported by its better round; the user's is restored only if it won both rounds.
+  // reported by the mean of its rounds; the user's is restored only if it won both rounds.
   void confirm() {
     const double before = sps(current_out_);
     const bool with_base = base_fits_ && base_.describe() != current_.describe();
@@ -598,20 +598,31 @@ class Tuner {
       record("confirm", "measure", c, t);
       return t;
     };
-    auto keep_better = [&](TrialOutcome& kept, const TrialOutcome& t) {
-      if (!t.fits || sps(t) > sps(kept)) kept = t;
+    // The mean of the rounds' samples/s; an out-of-memory round makes the whole one so.
+    auto fold = [&](TrialOutcome& kept, const TrialOutcome& t, int round) {
+      if (round == 0 || !t.fits) {
+        kept = t;
+        return;
+      }
+      if (!kept.fits) return;
+      const double mean = (sps(kept) * round + sps(t)) / (round + 1);
+      const int64_t peak = std::max(kept.measurement.peak_memory_bytes,
+                                    t.measurement.peak_memory_bytes);
+      kept = t;
+      kept.measurement.samples_per_s = mean;
+      kept.measurement.peak_memory_bytes = peak;
     };
     TrialOutcome tuned, base;
     int base_wins = 0;
     std::ostringstream rounds;
     for (int r = 0; r < kRounds; ++r) {
       const TrialOutcome t = fresh(current_);
-      if (r == 0) tuned = t; else if (tuned.fits) keep_better(tuned, t);
+      fold(tuned, t, r);
       if (!t.fits) break;
       rounds << (r ? "; " : "") << format_fixed(sps(t), 1);
       if (!with_base) continue;
       const TrialOutcome u = fresh(base_);
-      if (r == 0) base = u; else if (base.fits) keep_better(base, u);
+      fold(base, u, r);
       if (!u.fits) continue;
       rounds << " vs yours " << format_fixed(sps(u), 1);
       if (safe(u) && better(u, t)) ++base_wins;
@@ -625,6 +636,13 @@ class Tuner {
     std::string why = current_.describe() + " measured again in " + std::to_string(kRounds) +
                       " rounds: " + rounds.str() + " samples/s (the stages' estimate " +
                       format_fixed(before, 1) + ")";
+    if (!with_base && base_fits_) {
+      // The plan is the user's configuration: one measurement is both numbers, or the plan
+      // would promise a speed-up from comparing a stage's timing with a fresh one.
+      plan_.baseline.samples_per_s = sps(tuned);
+      plan_.baseline.spread = tuned.measurement.spread;
+      plan_.baseline.phases = tuned.measurement.phases;
+    }
     if (with_base && base.fits) {
       plan_.baseline.samples_per_s = sps(base);
       plan_.baseline.spread = base.measurement.spread;

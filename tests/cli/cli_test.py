@@ -778,6 +778,69 @@ def case_issue13_tune_stays_inside_its_budget(tmp):
         fail(f"plan budget {plan['budget_s']}")
 
 
+def make_jpeg_folder(tmp, n_train=240, n_test=40, size=32, classes=4):
+    # Class c: a noisy image brighter in colour channel c % 3 and striped every c + 2 rows,
+    # so a small CNN can learn it; JPEG makes every sample a real decode.
+    from PIL import Image  # in the virtualenv (scripts/install-deps)
+    import random
+    rng = random.Random(7)
+    root = os.path.join(tmp, "jpegs")
+    for split, n in (("train", n_train), ("test", n_test)):
+        for i in range(n):
+            c = i % classes
+            d = os.path.join(root, split, f"c{c}")
+            os.makedirs(d, exist_ok=True)
+            img = Image.new("RGB", (size, size))
+            px = img.load()
+            for y in range(size):
+                for x in range(size):
+                    v = [rng.randrange(0, 120) for _ in range(3)]
+                    v[c % 3] += 100
+                    if y % (c + 2) == 0:
+                        v = [min(255, a + 60) for a in v]
+                    px[x, y] = tuple(v)
+            img.save(os.path.join(d, f"{i}.jpg"), quality=90)
+    return root
+
+
+def case_issue13_tune_measures_the_streamed_folder(tmp):
+    # tune's trials read a folder: source as train does (streamed, decoded in the Loader), and
+    # train --config then runs the plan's pipeline. The speed match itself (within 10%) is a
+    # benchmark (bench/RESULTS.md); this checks the plumbing and a sanity bound.
+    root = make_jpeg_folder(tmp)
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "folder:" + root, "--model", "fmnist-cnn",
+                         "--threads", "1", "--memory-limit", "256MiB", "--budget-s", "20",
+                         "--out", plan_path, timeout=300)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if plan["data"] != "folder:" + root or plan["denormals"] != "flush":
+        fail(f"plan data {plan['data']}, denormals {plan.get('denormals')}")
+    stages = [s["name"] for s in plan["stages"]]
+    for want in ("input_pipeline", "eval_batch", "confirm"):
+        if want not in stages:
+            fail(f"no {want} stage in {stages}")
+    tuned = plan["tuned"]
+    if not tuned["samples_per_s"] > 0 or not tuned["phases_ms"]["data_wait"] > 0:
+        fail(f"the tuned measurement shows no decoding: {tuned}")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, "--steps", "60", "--summary-json",
+                         summary, timeout=300)
+    if code != 0:
+        fail(f"train --config exit {code}\n{err}")
+    with open(summary) as f:
+        s = json.load(f)
+    cfg = plan["config"]
+    if "read as trained" not in out + err or f"batch {cfg['batch_size']}" not in out + err:
+        fail(f"train did not run the plan's streamed pipeline:\n{out}\n{err}")
+    ratio = s["samples_per_s"] / tuned["samples_per_s"]
+    if not 0.4 < ratio < 2.5:
+        fail(f"train measured {s['samples_per_s']:.1f} samples/s, the plan "
+             f"{tuned['samples_per_s']:.1f} ({ratio:.2f}x)")
+
+
 def case_issue13_tune_interrupt_writes_a_partial_plan(tmp):
     data = make_idx_dir(tmp, n_train=4096, n_test=64)
     plan_path = os.path.join(tmp, "plan.json")

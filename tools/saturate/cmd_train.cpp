@@ -133,7 +133,8 @@ int run_train(const std::vector<std::string>& args) {
   seed_everything(opts.seed);
   auto model = make_model(rf.model, {input.sample_shape, input.num_classes});
   SATURATE_LOG_INFO("train: ", model->name(), " (", count_parameters(*model), " parameters) on ",
-                    recipe.device_reason, ", ", threads, " threads, BLAS ", probe.blas.name);
+                    recipe.device_reason, ", ", threads, " threads, BLAS ", probe.blas.name,
+                    recipe.denormals_flushed ? ", denormals flushed" : ", denormals kept");
   SATURATE_LOG_INFO("train: data ", splits.description,
                     splits.validation.size() > 0
                         ? "; " + std::to_string(splits.validation.size()) + " held out for validation"

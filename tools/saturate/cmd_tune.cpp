@@ -210,6 +210,7 @@ int run_tune(const std::vector<std::string>& args) {
   plan.pad = rf.pad;
   plan.flip = rf.flip;
   plan.cache = rf.cache;
+  plan.denormals = rf.denormals;
   plan.quality.val_fraction = rf.val_fraction;
   plan.quality.val_samples = input.splits.validation.size();
   const std::vector<Finding> findings =

@@ -56,6 +56,10 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "cap device memory, e.g. 2GiB (CPU: a budget; CUDA: a smaller card)");
   app.add_option("--threads", f.threads, "LibTorch intra-op threads; 0 = usable cores")
       ->capture_default_str();
+  app.add_option("--denormals", f.denormals,
+                 "flush (tiny floats to zero: no slowdown as the loss nears 0) or keep (IEEE "
+                 "gradual underflow)")
+      ->capture_default_str();
   app.add_option("--seed", t.seed, "seed for weights and data order")->capture_default_str();
   app.add_option("--workers", f.workers,
                  "input-pipeline threads making batches ahead of training; 0 = in the training "
@@ -102,6 +106,7 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f) {
   if (!given("--eval-every")) t.eval_every = p.eval_every;
   if (!given("--threads")) f.threads = plan.config.threads;
   if (!given("--seed")) t.seed = p.seed;
+  if (!given("--denormals")) f.denormals = plan.denormals;
   if (!given("--workers")) f.workers = plan.config.workers;
   if (!given("--prefetch")) f.prefetch = plan.config.prefetch;
   if (!given("--crop")) f.crop = plan.crop;
@@ -159,6 +164,11 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   r.input.val_fraction = f.val_fraction;
   r.input.val_seed = f.train.seed;
   const DeviceSpec spec = DeviceSpec::parse(f.device);
+  SATURATE_CHECK(f.denormals == "flush" || f.denormals == "keep", command,
+                 ": --denormals must be flush or keep, got '", f.denormals, "'");
+  // Before any thread starts: threads inherit the float mode of the thread that made them.
+  r.denormals_flushed = configure_denormals(f.denormals == "flush");
+  configure_host_allocator();
   r.threads = configure_threads(f.threads);
   r.probe = probe_devices();
   const DeviceChoice choice = select_device(spec, r.probe);

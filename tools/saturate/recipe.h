@@ -34,6 +34,7 @@ struct RecipeFlags {
   std::string memory_limit;  ///< a size; empty: the device's
   std::string cache;         ///< a size; empty: no cache
   std::string config;        ///< plan.json from `saturate tune`
+  std::string denormals = "flush";  ///< flush | keep
   int threads = 0;
   int workers = 0;
   int prefetch = 2;
@@ -61,6 +62,7 @@ struct Recipe {
   std::string device_reason;
   DeviceProbe probe;
   int threads = 0;
+  bool denormals_flushed = false;  ///< FTZ/DAZ in effect (see configure_denormals)
   int64_t memory_limit_bytes = 0;  ///< 0: the device's own
   TrainOptions train;              ///< precision resolved, validated
   InputOptions input;

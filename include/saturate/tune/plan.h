@@ -95,6 +95,8 @@ struct Plan {
   int64_t crop = 0, pad = 0;
   bool flip = false;
   std::string cache;  ///< a size such as "1GiB"; empty: none
+  /// "flush" (denormals to zero, FTZ/DAZ) | "keep": the CPU float mode the trials ran under.
+  std::string denormals = "flush";
   /// What the eval-batch stage measured at config.eval_batch_size (0: not measured).
   double eval_samples_per_s = 0;
   int64_t eval_peak_memory_bytes = 0;

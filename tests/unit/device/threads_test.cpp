@@ -2,6 +2,7 @@
 #include "saturate/device/threads.h"
 
 #include <ATen/Parallel.h>
+#include <torch/torch.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -61,4 +62,32 @@ TEST_F(ConfigureThreads, RejectsNegative) {
 }
 
 }  // namespace
+// Denormals: 1e-39 is below float's smallest normal (1.2e-38). Flushed, arithmetic treats it
+// as zero (DAZ) and never produces one (FTZ); kept, it survives a multiplication by one. The
+// large tensor runs on LibTorch's intra-op threads, created after the call (ctest runs each
+// test in its own process), which inherit the mode: the promise `train` relies on.
+TEST(ConfigureDenormals, FlushedOnTheCallingThreadAndTheThreadsItStartsLater) {
+  if (!configure_denormals(true)) GTEST_SKIP() << "this CPU cannot flush denormals";
+  at::set_num_threads(2);
+  const torch::Tensor small = torch::full({8}, 1e-39f) * 1.0f;
+  EXPECT_EQ(small.count_nonzero().item<int64_t>(), 0);
+  const torch::Tensor large = torch::full({1 << 20}, 1e-39f) * 1.0f;
+  EXPECT_EQ(large.count_nonzero().item<int64_t>(), 0);
+  configure_denormals(false);
+}
+
+TEST(ConfigureDenormals, KeptTheyStayDenormal) {
+  EXPECT_FALSE(configure_denormals(false));
+  const torch::Tensor small = torch::full({8}, 1e-39f) * 1.0f;
+  EXPECT_EQ(small.count_nonzero().item<int64_t>(), 8);
+}
+
+TEST(ConfigureHostAllocator, GlibcTakesTheSettings) {
+#if defined(__GLIBC__)
+  EXPECT_TRUE(configure_host_allocator());
+#else
+  EXPECT_FALSE(configure_host_allocator());
+#endif
+}
+
 }  // namespace saturate
