@@ -234,6 +234,9 @@ void real(const std::string& model, const std::string& limit_text, int64_t grid_
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As every saturate command that trains does, before any thread starts.
+  saturate::configure_denormals(true);
+  saturate::configure_host_allocator();
   int profiles = 300;
   std::vector<double> noises = {0.03, 0.08};
   std::vector<std::string> reals;
