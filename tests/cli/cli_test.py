@@ -697,6 +697,11 @@ def case_issue13_impossible_settings(tmp):
     expect_usage_error(base + ["--eval-batch-size", "0"], "--eval-batch-size")
     expect_usage_error(["train", "--data", "idx:" + data, "--eval-batch-size", "0"],
                        "--eval-batch-size")
+    expect_usage_error(base + ["--denormals", "off"], "--denormals must be flush or keep")
+    wrong = os.path.join(tmp, "denormals-plan.json")
+    with open(wrong, "w") as f:
+        json.dump({"schema_version": 1, "config": {"batch_size": 8}, "denormals": "off"}, f)
+    expect_usage_error(["train", "--config", wrong], "denormals-plan.json: denormals")
     bad = os.path.join(tmp, "typo-plan.json")
     with open(bad, "w") as f:
         json.dump({"schema_version": 1, "config": {"batch_size": 8, "lr_rate": 0.1}}, f)

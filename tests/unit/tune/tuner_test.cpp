@@ -369,6 +369,20 @@ TEST(Tuner, Issue6_SlowInputGetsWorkersUntilDataWaitIsHidden) {
   EXPECT_TRUE(found);
 }
 
+TEST(Tuner, Issue13_OneWorkerNoFasterThanNoneDoesNotEndTheClimb) {
+  // Making a batch is 500x the step: one worker only hides the step behind decoding (a 0.2%
+  // gain), two double the supply. Stopping at the first worker would leave 2x on the table.
+  SimulatedProfile p = gpu_like_profile_for_input();
+  p.peak_samples_per_s = 1e6;
+  p.half_batch = 0.01;
+  SimulatedDevice dev(p, 36);
+  TuneOptions o;
+  o.max_workers = 16;
+  o.quality_samples = 0;
+  const Plan plan = tune(dev, TrialConfig{}, o);
+  EXPECT_GE(plan.config.workers, 2) << stage(plan, "input_pipeline").why;
+}
+
 TEST(Tuner, FastInputLeavesThePipelineAlone) {
   SimulatedProfile p = gpu_like_profile_for_input();
   p.data_us_per_sample = 0;
