@@ -45,14 +45,12 @@ imported and re-runs itself with it; by hand that is:
 """
 
 import argparse
-import gzip
 import json
 import math
 import os
 import re
 import shlex
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -109,14 +107,7 @@ def ensure_lightning_env():
 # Lightning side (runs in a child process: `--lightning-worker OUT.json`)
 
 
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">i", data[:4])
-    dims = magic & 0xFF
-    shape = struct.unpack(">" + "i" * dims, data[4:4 + 4 * dims])
-    import numpy as np
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+from loader_vs_torchvision import read_idx  # noqa: E402  (same directory)
 
 
 def lightning_worker(out_path, max_val, seed):

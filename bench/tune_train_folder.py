@@ -10,26 +10,15 @@ their ratio; the median ratio is the result.
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 
 
-def make_folder(root, n_train, n_test, size, classes=4):
-    from PIL import Image
-    rng = random.Random(3)
-    for split, n in (("train", n_train), ("test", n_test)):
-        for i in range(n):
-            c = i % classes
-            d = os.path.join(root, split, f"c{c}")
-            os.makedirs(d, exist_ok=True)
-            img = Image.new("RGB", (size, size))
-            img.putdata([tuple(min(255, rng.randrange(0, 120) + (100 if k == c % 3 else 0) +
-                                   (60 if y % (c + 2) == 0 else 0)) for k in range(3))
-                         for y in range(size) for _ in range(size)])
-            img.save(os.path.join(d, f"{i}.jpg"), quality=90)
+# The CLI test's generator, at the bench's own seed and size.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cli"))
+from cli_test import make_jpeg_folder  # noqa: E402
 
 
 def main():
@@ -42,8 +31,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="saturate-tune-folder-")
-    root = os.path.join(work, "ds")
-    make_folder(root, a.train, a.train // 10, a.size)
+    root = make_jpeg_folder(work, a.train, a.train // 10, a.size, seed=3, name="ds")
     ratios = []
     for r in range(a.repeats):
         plan = os.path.join(work, f"plan{r}.json")

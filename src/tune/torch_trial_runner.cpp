@@ -82,7 +82,8 @@ TorchTrialRunner::TorchTrialRunner(std::string model_spec, const TrainingInput& 
 }
 
 ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions& o,
-                                        MemorySink& sink, TrainSummary* summary) {
+                                        MemorySink& sink, TrainSummary* summary,
+                                        const std::function<void(Trainer&)>& after_fit) {
   std::unique_ptr<Model> model;
   std::unique_ptr<Trainer> trainer;
   // Building the model and optimizer is part of what must fit, and so are the Loader's
@@ -92,10 +93,13 @@ ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions
         seed_everything(o.seed);
         model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
         trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
-        Loader loader(*input_.source,
-                      input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
-        const TrainSummary s = trainer->fit(loader, eval_, &sink);
-        if (summary) *summary = s;
+        {
+          Loader loader(*input_.source,
+                        input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
+          const TrainSummary s = trainer->fit(loader, eval_, &sink);
+          if (summary) *summary = s;
+        }
+        if (after_fit) after_fit(*trainer);
       },
       memory_);
   // Out of the catch block: drop the run's tensors, then the allocator's cache.
@@ -167,31 +171,17 @@ EvalTrial TorchTrialRunner::evaluate(const TrialConfig& c, int64_t eval_batch, i
     return d;
   };
   const TensorDataset warm = head(eval_batch), timed = head(eval_batch * batches);
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Trainer> trainer;
   double seconds = 0;
-  const ProbeResult p = probe_once(
-      [&] {
-        seed_everything(o.seed);
-        model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
-        trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
-        {
-          Loader loader(*input_.source,
-                        input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
-          trainer->fit(loader, eval_, nullptr);
-        }
-        // The evaluation's own peak, on top of what training keeps resident.
-        memory_.reset_peak();
-        trainer->evaluate(warm, eval_.normalize_mean, eval_.normalize_std);
-        const auto start = std::chrono::steady_clock::now();
-        const EvalResult r = trainer->evaluate(timed, eval_.normalize_mean, eval_.normalize_std);
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        out.samples = r.samples;
-      },
-      memory_);
-  trainer.reset();
-  model.reset();
-  memory_.release_cached();
+  MemorySink sink;
+  const ProbeResult p = fit_fresh(c, o, sink, nullptr, [&](Trainer& trainer) {
+    // The evaluation's own peak, on top of what training keeps resident.
+    memory_.reset_peak();
+    trainer.evaluate(warm, eval_.normalize_mean, eval_.normalize_std);
+    const auto start = std::chrono::steady_clock::now();
+    const EvalResult r = trainer.evaluate(timed, eval_.normalize_mean, eval_.normalize_std);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out.samples = r.samples;
+  });
   out.fits = p.outcome == ProbeOutcome::kFits;
   out.peak_memory_bytes = p.peak_bytes;
   if (out.fits && seconds > 0) out.samples_per_s = static_cast<double>(out.samples) / seconds;

@@ -89,12 +89,8 @@ class Tuner {
       current_ = last_safe_;
       current_out_ = last_safe_out_;
     }
-    const TrialOutcome& tuned = current_out_;
     plan_.config = current_;
-    plan_.tuned.samples_per_s = tuned.measurement.samples_per_s;
-    plan_.tuned.spread = tuned.measurement.spread;
-    plan_.tuned.peak_memory_bytes = tuned.measurement.peak_memory_bytes;
-    plan_.tuned.phases = tuned.measurement.phases;
+    set_measured(plan_.tuned, current_out_);
     plan_.tune_wall_s = elapsed_s();
     plan_.budget_s = o_.budget_s;
     for (const PlanTrial& t : plan_.trials) plan_.probe_steps += t.steps;
@@ -171,6 +167,13 @@ class Tuner {
   }
 
   // Faster by at least min_gain and by more than twice the combined noise.
+  static void set_measured(PlanResult& r, const TrialOutcome& t) {
+    r.samples_per_s = t.measurement.samples_per_s;
+    r.spread = t.measurement.spread;
+    r.peak_memory_bytes = t.measurement.peak_memory_bytes;
+    r.phases = t.measurement.phases;
+  }
+
   bool better(const TrialOutcome& a, const TrialOutcome& b) const {
     if (!safe(a)) return false;
     if (!b.fits) return true;
@@ -218,10 +221,7 @@ class Tuner {
   void baseline() {
     adopt(base_, measured(base_, "baseline"));
     base_fits_ = current_out_.fits;
-    plan_.baseline.samples_per_s = sps(current_out_);
-    plan_.baseline.spread = current_out_.measurement.spread;
-    plan_.baseline.peak_memory_bytes = current_out_.measurement.peak_memory_bytes;
-    plan_.baseline.phases = current_out_.measurement.phases;
+    set_measured(plan_.baseline, current_out_);
     const std::string why =
         base_fits_ ? base_.describe() + ": " + format_fixed(sps(current_out_), 1) +
                          " samples/s, peak " +
@@ -495,12 +495,12 @@ class Tuner {
     const double sps_now = sps(current_out_);
     const int64_t split = o_.eval_samples;
     const int64_t user = current_.train.eval_batch_size;
-    if (split <= 0) {
+    auto no_split = [&] {
       finish_stage("eval_batch", sps_now, sps_now, false,
                    "no validation split to measure evaluation on: kept batch " +
                        std::to_string(user));
-      return;
-    }
+    };
+    if (split <= 0) return no_split();
     std::vector<int64_t> candidates;
     if (!o_.tune_eval_batch) {
       candidates = {user};
@@ -531,12 +531,7 @@ class Tuner {
         }
       }
       const EvalTrial t = runner_.evaluate(current_, b, o_.eval_batches);
-      if (!t.measured) {
-        finish_stage("eval_batch", sps_now, sps_now, false,
-                     "no validation split to measure evaluation on: kept batch " +
-                         std::to_string(user));
-        return;
-      }
+      if (!t.measured) return no_split();
       const bool ok = t.fits && t.peak_memory_bytes <= target_bytes();
       tried << (tried.tellp() > 0 ? ", " : "") << b << ": "
             << (t.fits ? format_fixed(t.samples_per_s, 1) + " samples/s, peak " +
@@ -642,17 +637,11 @@ class Tuner {
     std::string why = current_.describe() + " measured again in " + std::to_string(kRounds) +
                       " rounds: " + rounds.str() + " samples/s (the stages' estimate " +
                       format_fixed(before, 1) + ")";
-    if (!with_base && base_fits_) {
-      // The plan is the user's configuration: one measurement is both numbers, or the plan
-      // would promise a speed-up from comparing a stage's timing with a fresh one.
-      plan_.baseline.samples_per_s = sps(tuned);
-      plan_.baseline.spread = tuned.measurement.spread;
-      plan_.baseline.phases = tuned.measurement.phases;
-    }
+    // The plan is the user's configuration: one measurement is both numbers, or the plan
+    // would promise a speed-up from comparing a stage's timing with a fresh one.
+    if (!with_base && base_fits_) set_measured(plan_.baseline, tuned);
     if (with_base && base.fits) {
-      plan_.baseline.samples_per_s = sps(base);
-      plan_.baseline.spread = base.measurement.spread;
-      plan_.baseline.phases = base.measurement.phases;
+      set_measured(plan_.baseline, base);
       if (base_wins == kRounds) {
         // The user's own configuration needs no guard; the tuned evaluation batch stays.
         finish_stage("confirm", before, sps(base), true,

@@ -783,27 +783,23 @@ def case_issue13_tune_stays_inside_its_budget(tmp):
         fail(f"plan budget {plan['budget_s']}")
 
 
-def make_jpeg_folder(tmp, n_train=240, n_test=40, size=32, classes=4):
+def make_jpeg_folder(tmp, n_train=240, n_test=40, size=32, classes=4, seed=7, name="jpegs"):
     # Class c: a noisy image brighter in colour channel c % 3 and striped every c + 2 rows,
-    # so a small CNN can learn it; JPEG makes every sample a real decode.
+    # so a small CNN can learn it; JPEG makes every sample a real decode. Also used by
+    # bench/tune_train_folder.py.
     from PIL import Image  # in the virtualenv (scripts/install-deps)
     import random
-    rng = random.Random(7)
-    root = os.path.join(tmp, "jpegs")
+    rng = random.Random(seed)
+    root = os.path.join(tmp, name)
     for split, n in (("train", n_train), ("test", n_test)):
         for i in range(n):
             c = i % classes
             d = os.path.join(root, split, f"c{c}")
             os.makedirs(d, exist_ok=True)
             img = Image.new("RGB", (size, size))
-            px = img.load()
-            for y in range(size):
-                for x in range(size):
-                    v = [rng.randrange(0, 120) for _ in range(3)]
-                    v[c % 3] += 100
-                    if y % (c + 2) == 0:
-                        v = [min(255, a + 60) for a in v]
-                    px[x, y] = tuple(v)
+            img.putdata([tuple(min(255, rng.randrange(0, 120) + (100 if k == c % 3 else 0) +
+                                   (60 if y % (c + 2) == 0 else 0)) for k in range(3))
+                         for y in range(size) for _ in range(size)])
             img.save(os.path.join(d, f"{i}.jpg"), quality=90)
     return root
 

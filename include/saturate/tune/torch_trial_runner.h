@@ -12,6 +12,7 @@
 //   TrialOutcome t = runner.run({config, 4});
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <c10/core/Device.h>
@@ -23,6 +24,7 @@ namespace saturate {
 
 class DeviceMemory;
 class MemorySink;
+class Trainer;
 struct ProbeResult;
 struct TrainSummary;
 
@@ -42,10 +44,12 @@ class TorchTrialRunner : public TrialRunner {
   int64_t max_batch_size() const override { return max_batch_; }
 
  private:
-  // Trains a fresh model of `c` with options `o` through the input's Loader; out of memory is
-  // the result's outcome, and everything is freed before it returns.
+  // Trains a fresh model of `c` with options `o` through the input's Loader, then (the Loader
+  // gone, the training state resident) runs `after_fit` on the trainer; out of memory in
+  // either is the result's outcome, and everything is freed before it returns.
   ProbeResult fit_fresh(const TrialConfig& c, const TrainOptions& o, MemorySink& sink,
-                        TrainSummary* summary);
+                        TrainSummary* summary,
+                        const std::function<void(Trainer&)>& after_fit = nullptr);
 
   std::string model_spec_;
   const TrainingInput& input_;
