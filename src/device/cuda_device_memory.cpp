@@ -3,6 +3,8 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "compat/torch_compat.h"
 #include "device/device_memory_impl.h"
 #include "saturate/core/error.h"
@@ -36,6 +38,7 @@ class CudaDeviceMemory final : public DeviceMemory {
     m.live_bytes = s.allocated_current_bytes;
     m.peak_bytes = s.allocated_peak_bytes;
     m.reserved_bytes = s.reserved_current_bytes;
+    m.cached_bytes = std::max<int64_t>(0, m.reserved_bytes - m.live_bytes);
     m.limit_bytes = limit_bytes_;
     return m;
   }

@@ -16,16 +16,18 @@ class CpuDeviceMemory final : public DeviceMemory {
     MemorySnapshot m;
     m.live_bytes = s.live_bytes;
     m.peak_bytes = s.peak_bytes;
-    m.reserved_bytes = s.live_bytes;  // nothing caches on the CPU path
+    m.cached_bytes = s.cached_bytes;
+    m.reserved_bytes = s.reserved_bytes;
     m.limit_bytes = s.limit_bytes;
     return m;
   }
   void reset_peak() override { reset_cpu_budget_peak(); }
-  void release_cached() override {}
+  void release_cached() override { release_cpu_cache(); }
   int64_t limit_bytes() const override { return cpu_budget_stats().limit_bytes; }
   std::string describe() const override {
     const int64_t limit = limit_bytes();
-    return limit > 0 ? "cpu budget " + format_bytes(limit) : "cpu (no budget)";
+    return limit > 0 ? "cpu caching allocator, budget " + format_bytes(limit)
+                     : "cpu caching allocator (no budget)";
   }
 };
 

@@ -15,7 +15,13 @@ class FakeDeviceMemory : public DeviceMemory {
  public:
   explicit FakeDeviceMemory(int64_t limit_bytes = 0) : limit_(limit_bytes) {}
   MemorySnapshot snapshot() const override {
-    return {live_, peak_, live_ + cached_, limit_};
+    MemorySnapshot m;
+    m.live_bytes = live_;
+    m.peak_bytes = peak_;
+    m.cached_bytes = cached_;
+    m.reserved_bytes = live_ + cached_;
+    m.limit_bytes = limit_;
+    return m;
   }
   void reset_peak() override { peak_ = live_; }
   void release_cached() override {

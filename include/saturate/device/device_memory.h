@@ -18,7 +18,8 @@ namespace saturate {
 struct MemorySnapshot {
   int64_t live_bytes = 0;      ///< held by tensors now
   int64_t peak_bytes = 0;      ///< highest live_bytes since the last reset_peak()
-  int64_t reserved_bytes = 0;  ///< held by the allocator (live + cached); = live on CPU
+  int64_t cached_bytes = 0;    ///< freed blocks the allocator keeps for reuse
+  int64_t reserved_bytes = 0;  ///< held by the allocator: live blocks (rounded up) + cached
   int64_t limit_bytes = 0;     ///< what allocations may reach before OutOfMemory; 0 = no limit known
 };
 
@@ -28,10 +29,10 @@ class DeviceMemory {
   virtual MemorySnapshot snapshot() const = 0;
   /// Starts a new peak window at the current live bytes.
   virtual void reset_peak() = 0;
-  /// Returns cached, unused blocks to the system (CUDA: emptyCache). No-op where nothing caches.
+  /// Returns cached, unused blocks to the system (CUDA: emptyCache; CPU: release_cpu_cache).
   virtual void release_cached() = 0;
   virtual int64_t limit_bytes() const = 0;
-  /// One line for logs and reports: "cpu budget 2.00 GiB", "cuda:0 caching allocator, 140 GiB".
+  /// One line for logs and reports: "cpu caching allocator, budget 2.00 GiB", "cuda:0 caching allocator, 140 GiB".
   virtual std::string describe() const = 0;
 };
 

@@ -116,11 +116,12 @@ TEST_F(TrainerProbe, OutOfMemoryUnderABudgetIsAValueAndRestoresEverything) {
 }
 
 // Issue 3: 100 forced OOMs in one process, no crash, live bytes back to the baseline (±1 MiB),
-// and a probe right after succeeds.
+// and a probe right after succeeds. Issue 14: cached bytes back to the baseline too.
 TEST_F(TrainerProbe, Issue3_HundredOutOfMemoryProbesLeaveNothingBehind) {
   const ProbeResult small = trainer_->probe(64, data_);
   ASSERT_EQ(small.outcome, ProbeOutcome::kFits);
   const int64_t baseline = cpu_budget_stats().live_bytes;
+  const int64_t cached_baseline = cpu_budget_stats().cached_bytes;
   // Room for batch 64 with half as much again to spare; batch 1024 fails part-way through.
   set_cpu_budget(baseline + (small.peak_bytes - small.baseline_bytes) * 3 / 2);
   int ooms = 0;
@@ -129,6 +130,10 @@ TEST_F(TrainerProbe, Issue3_HundredOutOfMemoryProbesLeaveNothingBehind) {
   EXPECT_EQ(ooms, 100);
   EXPECT_NEAR(static_cast<double>(cpu_budget_stats().live_bytes), static_cast<double>(baseline),
               1 << 20);
+  // Issue 14: every probe empties the cache after itself, so the failed steps' blocks are gone.
+  EXPECT_NEAR(static_cast<double>(cpu_budget_stats().cached_bytes),
+              static_cast<double>(cached_baseline), 1 << 20);
+  EXPECT_LE(cpu_budget_stats().reserved_bytes, cpu_budget_stats().limit_bytes + (1 << 20));
   EXPECT_EQ(trainer_->probe(64, data_).outcome, ProbeOutcome::kFits);  // under the same budget
 }
 
