@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/device/cpu_budget.h"
 
-#include <sys/mman.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -25,6 +23,7 @@ namespace {
 // separate context object. 64 bytes keeps the data 64-byte aligned (AVX-512 loads, c10's own
 // alignment).
 constexpr size_t kHeaderBytes = 64;
+constexpr int64_t kCacheCapFactor = 2;
 struct BlockHeader {
   size_t class_bytes;      // data bytes the block can hold; its free list
   size_t requested_bytes;  // what the tensor asked for; counted as live
@@ -62,9 +61,11 @@ namespace {
 // the limit, as before the cache existed. The cache counts against the limit too: when the
 // bytes held from the system (reserved = live blocks + cached blocks) would pass it, cached
 // blocks are returned first, largest first, so a budgeted process never holds more than its
-// budget because of the cache. Without a budget the cache holds at most the peak bytes of live
-// blocks since it was last emptied (a step's working set); a free beyond that goes back to the
-// system.
+// budget because of the cache. Without a budget the cache holds at most twice the peak bytes of
+// live blocks since it was last emptied; a free beyond that goes back to the system. Once is
+// not enough: a block of one class is cached while another class is live, so reusing every
+// block of a step takes more than its peak (fmnist-cnn at batch 2048: 1.04 GB held for a
+// 673 MB peak; capped at the peak, six 196 MiB blocks went back to the system every step).
 class CpuBudgetAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) SATURATE_ALLOCATOR_ALLOCATE_CONST override {
@@ -169,7 +170,7 @@ class CpuBudgetAllocator final : public c10::Allocator {
     live_.fetch_sub(static_cast<int64_t>(header->requested_bytes));
     live_class_.fetch_sub(cls_bytes);
     static const bool caching = cache_enabled();
-    if (!caching || cached_.load() + cls_bytes > cache_peak_.load()) {
+    if (!caching || cached_.load() + cls_bytes > kCacheCapFactor * cache_peak_.load()) {
       reserved_.fetch_sub(cls_bytes);
       std::free(header);
       return;
@@ -185,15 +186,12 @@ class CpuBudgetAllocator final : public c10::Allocator {
     return v == nullptr || (std::string(v) != "off" && std::string(v) != "0");
   }
 
+  // Transparent huge pages (posix_memalign to 2 MiB + madvise(MADV_HUGEPAGE) for blocks of
+  // 4 MiB and more) were measured on top of the cache and left out: steady steps were no faster
+  // (fmnist-cnn batch 2048: 2708 and 3278 samples/s vs 2760 and 3325 without) and the first step
+  // took 3.3-3.7 s instead of 1.3-2.7 s (bench/RESULTS.md, issue 14).
   static void* system_allocate(size_t cls) {
     void* base = nullptr;
-    static const bool huge = std::getenv("SATURATE_CPU_HUGEPAGES") != nullptr;
-    constexpr size_t kHuge = size_t{2} << 20;
-    if (huge && cls >= 2 * kHuge) {
-      if (posix_memalign(&base, kHuge, cls + kHeaderBytes) != 0) return nullptr;
-      madvise(base, (cls + kHeaderBytes) / kHuge * kHuge, MADV_HUGEPAGE);
-      return base;
-    }
     if (posix_memalign(&base, kHeaderBytes, cls + kHeaderBytes) != 0) return nullptr;
     return base;
   }
