@@ -43,21 +43,28 @@ std::string cpu_model() {
   return "";
 }
 
-bool cpu_has_native_bf16() {
+// The "flags" line of /proc/cpuinfo, with a space in front so " flag " finds whole words.
+std::string cpu_flags() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
     if (line.compare(0, 5, "flags") != 0) continue;
-    return line.find(" avx512_bf16") != std::string::npos ||
-           line.find(" amx_bf16") != std::string::npos;
+    const auto colon = line.find(':');
+    return colon == std::string::npos ? "" : " " + line.substr(colon + 1) + " ";
   }
-  return false;
+  return "";
+}
+
+bool has_flag(const std::string& flags, const char* flag) {
+  return flags.find(std::string(" ") + flag + " ") != std::string::npos;
 }
 
 CpuInfo probe_cpu() {
   CpuInfo cpu;
   cpu.model = cpu_model();
-  cpu.has_bf16 = cpu_has_native_bf16();
+  const std::string flags = cpu_flags();
+  cpu.has_bf16 = has_flag(flags, "avx512_bf16") || has_flag(flags, "amx_bf16");
+  cpu.has_fp16 = has_flag(flags, "avx512_fp16") || has_flag(flags, "amx_fp16");
   cpu.cores_online = static_cast<int>(std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L));
   cpu.cores_usable = usable_cores();
   const long pages = sysconf(_SC_PHYS_PAGES);

@@ -40,6 +40,7 @@ std::string JsonlSink::step_line(const StepRecord& r) {
   j["loss_scale"] = r.loss_scale;
   j["skipped"] = r.is_skipped;
   j["mem_peak_bytes"] = r.mem_peak_bytes;
+  j["page_faults"] = r.page_faults;
   return j.dump();
 }
 

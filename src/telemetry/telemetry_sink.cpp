@@ -30,6 +30,17 @@ PhaseBreakdown mean_phases(const std::vector<StepRecord>& records, size_t first)
   return p;
 }
 
+double mean_page_faults(const std::vector<StepRecord>& records, size_t first) {
+  double sum = 0;
+  int64_t counted = 0;
+  for (size_t i = first; i < records.size(); ++i) {
+    if (records[i].page_faults < 0) continue;
+    sum += static_cast<double>(records[i].page_faults);
+    ++counted;
+  }
+  return counted > 0 ? sum / static_cast<double>(counted) : -1.0;
+}
+
 void MultiSink::add(TelemetrySink* sink) {
   if (sink) sinks_.push_back(sink);
 }

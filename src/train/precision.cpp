@@ -29,8 +29,8 @@ PrecisionChoice resolve_cpu(Precision requested, const CpuInfo& cpu) {
   switch (requested) {
     case Precision::kFp32:
       return choose(Precision::kFp32, "fp32 (requested) on cpu");
-    case Precision::kBf16:
-      return choose(Precision::kBf16,
+    case Precision::kBf16: {
+      PrecisionChoice c = choose(Precision::kBf16,
                     cpu.has_bf16
                         ? "bf16 autocast (requested) on cpu with native bf16"
                         : detail::concat("bf16 autocast (requested) on cpu; no native bf16 "
@@ -38,6 +38,9 @@ PrecisionChoice resolve_cpu(Precision requested, const CpuInfo& cpu) {
                                          model,
                                          "), so bf16 is emulated and may be slower "
                                          "than fp32"));
+      c.is_emulated = !cpu.has_bf16;
+      return c;
+    }
     case Precision::kAuto:
       if (cpu.has_bf16) {
         return choose(Precision::kBf16, detail::concat("bf16 autocast (auto): this CPU (", model,

@@ -10,6 +10,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/data/batch_iterator.h"
+#include "saturate/device/cpu_budget.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/device/preflight.h"
 #include "saturate/models/model.h"
@@ -183,6 +184,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     r.step = step;
     if (memory_) memory_->reset_peak();
     r.start_ms = ms_between(run_start, Clock::now());
+    const int64_t faults_before = minor_page_faults();
     timer.begin();
     std::optional<Batch> batch = batches.next();
     if (!batch) {
@@ -206,6 +208,8 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     set_lr(*state_->optimizer, r.lr);
     at::Tensor loss = train_step(x, y, r, &timer);
     const int64_t ticket = timer.finish();
+    const int64_t faults_after = minor_page_faults();
+    if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
     // Allocations happen at enqueue time, so the peak is known now even on CUDA.
     if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
     in_flight.push_back(InFlight{r, std::move(loss), ticket});

@@ -14,6 +14,7 @@
 #include "saturate/core/json.h"
 #include "saturate/core/units.h"
 #include "saturate/data/dataset.h"
+#include "saturate/device/cpu_budget.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
@@ -188,6 +189,13 @@ int run_profile(const std::vector<std::string>& args) {
   facts.gpu_util_pct = device_samples.gpu_util_pct;
   facts.cpu_util_pct = device_samples.cpu_util_pct;
   facts.throttle_reasons = device_samples.throttle_reasons;
+  // What a page fault costs here prices the faults the steady steps took (allocation churn).
+  const PageFaultCost fault_cost = measure_page_fault_cost();
+  facts.page_fault_us = fault_cost.faults > 0 ? fault_cost.us_per_fault : -1.0;
+  facts.cpu_cache = cpu_cache_enabled();
+  const double faults_per_step =
+      mean_page_faults(facts.steps, static_cast<size_t>(opts.timing_warmup_steps));
+  const CpuBudgetStats cache = cpu_budget_stats();
   const std::vector<Finding> findings = diagnose(facts);
 
   if (as_json || !summary_json.empty()) {
@@ -221,6 +229,15 @@ int run_profile(const std::vector<std::string>& args) {
                            {"joules_per_sample", device_samples.joules_per_sample},
                            {"gpu_temperature_max_c", device_samples.gpu_temperature_max_c},
                            {"throttle_reasons", device_samples.throttle_reasons}};
+    j["host_memory"] = {
+        {"page_faults_per_step", faults_per_step >= 0 ? nlohmann::json(faults_per_step)
+                                                      : nlohmann::json()},
+        {"page_fault_us", fault_cost.faults > 0 ? nlohmann::json(fault_cost.us_per_fault)
+                                                : nlohmann::json()},
+        {"cpu_cache", facts.cpu_cache},
+        {"cpu_cache_allocations", cache.num_allocations},
+        {"cpu_system_allocations", cache.num_system_allocations},
+        {"cpu_cached_bytes", cache.cached_bytes}};
     j["findings"] = findings_to_json(findings);
     j["context"] = run_context(probe, device);
     j["workers"] = rf.workers;
@@ -260,6 +277,19 @@ int run_profile(const std::vector<std::string>& args) {
     }
     if (summary.peak_memory_bytes > 0)
       std::cout << "  peak memory   " << format_bytes(summary.peak_memory_bytes) << "\n";
+    if (faults_per_step >= 0) {
+      std::cout << "  page faults   " << format_fixed(faults_per_step, 0) << " per step";
+      if (fault_cost.faults > 0)
+        std::cout << " (~" << format_fixed(faults_per_step * fault_cost.us_per_fault / 1000.0, 2)
+                  << " ms at " << format_fixed(fault_cost.us_per_fault, 2) << " us each)";
+      std::cout << "; cpu cache "
+                << (facts.cpu_cache ? "on: " + std::to_string(cache.num_allocations -
+                                                              cache.num_system_allocations) +
+                                          " of " + std::to_string(cache.num_allocations) +
+                                          " allocations reused"
+                                    : std::string("off (SATURATE_CPU_CACHE)"))
+                << "\n";
+    }
     std::cout << "  cpu           " << format_fixed(device_samples.cpu_util_pct, 0)
               << "% busy (mean of " << device_samples.count << " samples), process RSS peak "
               << format_bytes(device_samples.process_rss_peak_bytes) << "\n";

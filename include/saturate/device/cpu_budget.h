@@ -48,5 +48,22 @@ int64_t release_cpu_cache();
 /// bytes over), eight classes per power of two up to 1 MiB (at most 12.5% over), then 64 KiB
 /// steps (at most 6.25% over).
 size_t cpu_cache_size_class(size_t n);
+/// False when SATURATE_CPU_CACHE is "off" or "0": every free then goes back to malloc (to
+/// measure what the cache is worth, or to rule it out). Read once per process by the allocator.
+bool cpu_cache_enabled();
+
+/// Minor page faults of this process so far (all threads, getrusage); -1 when unknown. A step
+/// that page-faults is touching memory the system just handed over: fresh zeroed pages.
+int64_t minor_page_faults();
+
+/// What faulting in fresh memory costs on this machine.
+struct PageFaultCost {
+  int64_t faults = 0;        ///< faults the measurement took; 0 when it could not run
+  double us_per_fault = 0;   ///< microseconds per minor fault (a 4 KiB page, or a huge page)
+  double ms_per_gib = 0;     ///< milliseconds to fault in 1 GiB
+};
+/// Maps `bytes` of fresh anonymous memory, touches each page once and times it; the fastest of
+/// three rounds (64 MiB: ~30-100 ms in all). This is what a step pays for every tensor that malloc serves with a new mmap().
+PageFaultCost measure_page_fault_cost(int64_t bytes = int64_t{64} << 20);
 
 }  // namespace saturate

@@ -46,6 +46,9 @@ struct CpuInfo {
   /// Native bf16 arithmetic (avx512_bf16 or amx_bf16 in /proc/cpuinfo flags); without it, CPU
   /// bf16 autocast is emulated and usually slower than fp32.
   bool has_bf16 = false;
+  /// Native fp16 arithmetic (avx512_fp16 or amx_fp16). Reported by `doctor`; LibTorch's CPU
+  /// autocast is bf16, so training does not use it.
+  bool has_fp16 = false;
 };
 
 struct DeviceProbe {

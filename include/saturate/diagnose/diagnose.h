@@ -61,6 +61,10 @@ struct RunFacts {
   double gemm_gflops = -1;         ///< measured fp32 GEMM rate; -1 unknown
   int64_t memory_limit_bytes = 0;  ///< the device memory budget; 0 unknown
   int64_t peak_memory_bytes = 0;   ///< the run's peak device memory; 0 unknown
+  /// Measured cost of one minor page fault on this host (measure_page_fault_cost); -1 unknown.
+  /// With StepRecord::page_faults it prices the fresh memory each step touches.
+  double page_fault_us = -1;
+  bool cpu_cache = true;           ///< saturate's caching CPU allocator is on (SATURATE_CPU_CACHE)
 
   // Device samples (SampleSummary).
   double gpu_util_pct = -1;        ///< mean GPU duty cycle; -1 unknown
@@ -101,6 +105,10 @@ struct DiagnoseThresholds {
   /// Measured GEMM rate below this (GFLOP/s per usable core): a reference BLAS. OpenBLAS/MKL
   /// reach ~50–100 per AVX2 core; Debian's reference BLAS ~3–5 in total.
   double slow_gemm_gflops_per_core = 10.0;
+  /// Page faults costing more than this share of the step: the allocator hands memory back to
+  /// the system and faults it in again every step. 5% like the input-pipeline rule: past it a
+  /// caching allocator (or a malloc that keeps freed memory) is worth more than most tuning.
+  double allocation_churn_pct = 5.0;
   /// Slowest rank's median step more than this much above the fastest: the others wait for it.
   double rank_skew_pct = 10.0;
 };

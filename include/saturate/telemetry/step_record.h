@@ -29,6 +29,9 @@ struct StepRecord {
   double lr = 0.0;                 ///< learning rate used by the optimizer step.
   bool is_skipped = false;         ///< optimizer step skipped (non-finite gradients).
   int64_t mem_peak_bytes = 0;      ///< peak device memory during the step, 0 when unknown.
+  /// Minor page faults of the process while the host ran the step (all threads; -1 unknown):
+  /// fresh memory being touched, which a caching allocator avoids after the first steps.
+  int64_t page_faults = -1;
 };
 
 /// Sum of the phase fields, for checks that they account for step_ms.
@@ -43,5 +46,8 @@ struct PhaseBreakdown {
 
 /// The mean phases of records[first..]; all records when `first` would leave none.
 PhaseBreakdown mean_phases(const std::vector<StepRecord>& records, size_t first);
+
+/// Mean page_faults of records[first..] that counted them; -1 when none did.
+double mean_page_faults(const std::vector<StepRecord>& records, size_t first);
 
 }  // namespace saturate

@@ -31,6 +31,9 @@ struct PrecisionChoice {
   Precision precision = Precision::kFp32;  ///< never kAuto
   bool needs_loss_scaling = false;         ///< true only for fp16 (use a GradScaler)
   std::string reason;                      ///< one line: what was chosen and why (logs, plan)
+  /// The device has no native math for it (bf16 on a CPU without avx512_bf16/amx): it runs,
+  /// emulated, usually several times slower than fp32. Commands warn when it was asked for.
+  bool is_emulated = false;
 };
 
 /// Checks `requested` against `device` and resolves kAuto.

@@ -98,6 +98,8 @@ TEST(ResolvePrecision, CpuAllowsFp32AndBf16) {
     EXPECT_EQ(bf16.precision, Precision::kBf16);
     EXPECT_FALSE(bf16.needs_loss_scaling);
     EXPECT_EQ(contains(bf16.reason, "emulated"), !native) << bf16.reason;
+    EXPECT_EQ(bf16.is_emulated, !native);
+    EXPECT_FALSE(fp32.is_emulated);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "saturate/device/cpu_budget.h"
 #include "testing/temp_dir.h"
 
 namespace saturate {
@@ -34,6 +35,7 @@ DeviceProbe healthy_probe() {
 DoctorOptions no_timing() {
   DoctorOptions o;
   o.measure_gemm = false;
+  o.measure_page_faults = false;
   o.data_spec = "synthetic";
   return o;
 }
@@ -79,11 +81,13 @@ TEST(Doctor, StatusNames) {
 
 TEST(Doctor, RunsEveryCheckInOrder) {
   ScopedEnv omp("OMP_NUM_THREADS", nullptr), mkl("MKL_NUM_THREADS", nullptr);
+  ScopedEnv cache("SATURATE_CPU_CACHE", nullptr);
   const auto checks = run_doctor(no_timing(), healthy_probe());
   std::vector<std::string> names;
   for (const auto& c : checks) names.push_back(c.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"libtorch", "cuda", "blas", "threads", "onednn",
-                                             "memory", "dataset"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"libtorch", "cuda", "blas", "threads", "onednn",
+                                      "precision", "allocator", "memory", "dataset"}));
   for (const auto& c : checks) {
     if (c.status == CheckStatus::kOk) {
       EXPECT_TRUE(c.fix.empty()) << c.name;
@@ -221,6 +225,51 @@ TEST_F(DoctorDataset, OtherSpecsAreSyntheticOrPaths) {
   EXPECT_EQ(find(run_doctor(o, healthy_probe()), "dataset").status, CheckStatus::kOk);
   o.data_spec = dir_.file("nope");
   EXPECT_EQ(find(run_doctor(o, healthy_probe()), "dataset").status, CheckStatus::kFail);
+}
+
+TEST(Doctor, PrecisionNamesNativeBf16AndFp16OrSaysFp32) {
+  DeviceProbe p = healthy_probe();
+  p.cpu.model = "AMD EPYC 7B13";
+  DoctorCheck c = find(run_doctor(no_timing(), p), "precision");
+  EXPECT_EQ(c.status, CheckStatus::kOk);
+  EXPECT_NE(c.detail.find("AMD EPYC 7B13: no native bf16 or fp16"), std::string::npos) << c.detail;
+  EXPECT_NE(c.detail.find("train in fp32"), std::string::npos) << c.detail;
+
+  p.cpu.model = "Intel Xeon";
+  p.cpu.has_bf16 = true;
+  c = find(run_doctor(no_timing(), p), "precision");
+  EXPECT_NE(c.detail.find("native bf16 (avx512_bf16/amx), no native fp16"), std::string::npos)
+      << c.detail;
+  EXPECT_EQ(c.detail.find("train in fp32"), std::string::npos) << c.detail;
+  p.cpu.has_fp16 = true;
+  c = find(run_doctor(no_timing(), p), "precision");
+  EXPECT_NE(c.detail.find("native bf16 and fp16"), std::string::npos) << c.detail;
+}
+
+TEST(Doctor, AllocatorWarnsWhenTheCacheIsOffAndTellsPythonJobsTheFix) {
+  {
+    ScopedEnv cache("SATURATE_CPU_CACHE", nullptr);
+    const DoctorCheck c = find(run_doctor(no_timing(), healthy_probe()), "allocator");
+    EXPECT_EQ(c.status, CheckStatus::kOk);
+    EXPECT_NE(c.detail.find("caches freed CPU tensor memory"), std::string::npos) << c.detail;
+    EXPECT_NE(c.detail.find("MALLOC_MMAP_THRESHOLD_=4294967296"), std::string::npos) << c.detail;
+  }
+  ScopedEnv cache("SATURATE_CPU_CACHE", "off");
+  const DoctorCheck c = find(run_doctor(no_timing(), healthy_probe()), "allocator");
+  EXPECT_EQ(c.status, CheckStatus::kWarn);
+  EXPECT_EQ(c.fix, "unset SATURATE_CPU_CACHE");
+}
+
+TEST(DoctorTiming, AllocatorMeasuresWhatAFreshPageCosts) {
+  DoctorOptions o = no_timing();
+  o.measure_page_faults = true;
+  const DoctorCheck c = find(run_doctor(o, healthy_probe()), "allocator");
+  EXPECT_NE(c.detail.find(" ms per GiB to fault in ("), std::string::npos) << c.detail;
+  const PageFaultCost cost = measure_page_fault_cost(int64_t{8} << 20);
+  // 8 MiB of 4 KiB pages is 2048 faults (fewer where the kernel maps huge pages).
+  EXPECT_GT(cost.faults, 0);
+  EXPECT_LE(cost.faults, 2048 + 64);
+  EXPECT_GT(cost.us_per_fault, 0.0);
 }
 
 TEST(DoctorGemm, MeasuredCheckReportsRate) {

@@ -275,6 +275,32 @@ TEST(Diagnose, OptimizerOtherAndCommunicationHeavy) {
   EXPECT_FALSE(find(diagnose(f), "communication-heavy").has_value());
 }
 
+TEST(Diagnose, AllocationChurnPricesThePageFaultsOfTheSteadySteps) {
+  RunFacts f = healthy_cpu();
+  f.page_fault_us = 1.0;
+  f.warmup_steps = 2;
+  for (auto& r : f.steps) r.page_faults = 4000;  // 4 ms of a 40 ms step: 10%
+  f.steps[0].page_faults = f.steps[1].page_faults = 1000000;  // warm-up: left out
+  std::optional<Finding> x = find(diagnose(f), "allocation-churn");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NEAR(evidence(*x, "page_faults_per_step"), 4000.0, 1e-9);
+  EXPECT_NEAR(evidence(*x, "fault_share"), 10.0, 1e-9);
+  EXPECT_NE(x->recommendation.find("MALLOC_MMAP_THRESHOLD_"), std::string::npos);
+  EXPECT_EQ(x->recommendation.find("SATURATE_CPU_CACHE"), std::string::npos);
+  f.cpu_cache = false;
+  x = find(diagnose(f), "allocation-churn");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->recommendation.find("unset SATURATE_CPU_CACHE"), std::string::npos);
+
+  for (auto& r : f.steps) r.page_faults = 1500;  // 3.75%
+  EXPECT_FALSE(find(diagnose(f), "allocation-churn").has_value());
+  for (auto& r : f.steps) r.page_faults = -1;  // not counted
+  EXPECT_FALSE(find(diagnose(f), "allocation-churn").has_value());
+  for (auto& r : f.steps) r.page_faults = 4000;
+  f.page_fault_us = -1;  // the cost was not measured
+  EXPECT_FALSE(find(diagnose(f), "allocation-churn").has_value());
+}
+
 TEST(Diagnose, RankSkew) {
   RunFacts f = healthy_gpu();
   f.rank_step_ms = {100.0, 101.0, 125.0, 99.0};
