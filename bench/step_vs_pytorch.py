@@ -20,6 +20,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -140,8 +141,9 @@ def python_run(args):
     n = x_all.shape[0]
     epoch, cursor = 0, 0
     order = torch.tensor(saturate_order(n, args.seed, epoch), dtype=torch.long)
-    step_s = []
+    step_s, faults = [], []
     for step in range(args.steps):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         if cursor + args.batch > n:  # saturate keeps a short last batch; runs here never reach it
             epoch, cursor = epoch + 1, 0
@@ -156,8 +158,10 @@ def python_run(args):
         opt.step()
         loss.item()
         step_s.append(time.perf_counter() - t0)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     timed = step_s[args.warmup:]
-    print(json.dumps({"samples_per_s": args.batch * len(timed) / sum(timed)}))
+    print(json.dumps({"samples_per_s": args.batch * len(timed) / sum(timed),
+                      "faults_per_step": statistics.mean(faults[args.warmup:])}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,14 +211,15 @@ def run_saturate(args, model, data_dir, batch, steps, seed):
                "--logdir", logdir]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, **args.env_saturate))
-        steps_ms = []
+        steps_ms, faults = [], []
         with open(os.path.join(logdir, "steps.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
                 if r.get("type") == "step":
                     steps_ms.append(r["step_ms"])
+                    faults.append(r.get("page_faults", -1))
         timed = steps_ms[args.warmup:]
-        return batch * len(timed) / (sum(timed) / 1000.0)
+        return batch * len(timed) / (sum(timed) / 1000.0), statistics.mean(faults[args.warmup:])
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
 
@@ -225,7 +230,8 @@ def run_python(args, model, data_dir, batch, steps, seed):
            "--threads", str(args.threads), "--warmup", str(args.warmup), "--lr", str(args.lr)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True,
                          env=dict(os.environ, **args.env_python)).stdout
-    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["samples_per_s"], r["faults_per_step"]
 
 
 def parse_env(text):
@@ -277,13 +283,13 @@ def main():
         if args.env_saturate:
             print(f"saturate env: {args.env_saturate}")
         print(f"{'model':15} {'batch':>6} {'steps':>6} {'python':>10} {'saturate':>10} "
-              f"{'ratio':>7} {'range':>13}")
+              f"{'ratio':>7} {'range':>13} {'faults/step py':>15} {'sat':>7}")
         for model in args.models.split(","):
             data_dir = make_data(root, model)
             samples = args.samples if model == "fmnist-cnn" else args.samples // 16
             for batch in [int(b) for b in args.batches.split(",")]:
                 steps = args.warmup + max(args.min_steps, samples // batch)
-                py, sat, ratio = [], [], []
+                py, sat, ratio, py_faults, sat_faults = [], [], [], [], []
                 for r in range(args.rounds):
                     seed = 100 + r
                     first_sat = r % 2 == 0
@@ -291,12 +297,15 @@ def main():
                     b = run_python(args, model, data_dir, batch, steps, seed)
                     if not first_sat:
                         a = run_saturate(args, model, data_dir, batch, steps, seed)
-                    sat.append(a)
-                    py.append(b)
-                    ratio.append(a / b)
+                    sat.append(a[0])
+                    py.append(b[0])
+                    ratio.append(a[0] / b[0])
+                    sat_faults.append(a[1])
+                    py_faults.append(b[1])
                 print(f"{model:15} {batch:6d} {steps:6d} {statistics.median(py):10.1f} "
                       f"{statistics.median(sat):10.1f} {statistics.median(ratio):7.3f} "
-                      f"{min(ratio):6.3f}-{max(ratio):.3f}", flush=True)
+                      f"{min(ratio):6.3f}-{max(ratio):.3f} {statistics.median(py_faults):15.0f} "
+                      f"{statistics.median(sat_faults):7.0f}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
