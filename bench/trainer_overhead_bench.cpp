@@ -4,9 +4,10 @@
 // the same way) in one process, interleaved, several repeats; the table reports medians and the
 // ratio. Goal: overhead <= 3%.
 //
-// Both loops run on the host set-up `saturate train` gives every run (its CPU caching allocator
-// and malloc settings), so the ratio is the trainer's own cost; SATURATE_CPU_CACHE=off runs both
-// on the system allocator instead (step_vs_pytorch.py measures what the allocator itself buys).
+// Both loops run on the memory set-up `saturate train` gives every CPU run (malloc settings and
+// the CPU caching allocator, through make_device_memory), so the ratio is the trainer's own
+// cost; SATURATE_CPU_CACHE=off runs both on the system allocator instead (step_vs_pytorch.py
+// measures what the allocator itself buys).
 //
 // Usage: saturate_trainer_overhead_bench [--repeats N] [--data SPEC] [--batch-sizes 32,128,512]
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "saturate/data/dataset.h"
 #include "saturate/device/cpu_budget.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/device/threads.h"
 #include "saturate/models/model.h"
 #include "saturate/train/trainer.h"
@@ -107,7 +109,7 @@ int main(int argc, char** argv) {
   }
   const int threads = saturate::configure_threads(0);
   saturate::configure_host_allocator();
-  saturate::install_cpu_budget();
+  const auto memory = saturate::make_device_memory(c10::Device("cpu"), /*limit_bytes=*/0);
   const saturate::DatasetSplits data = saturate::load_dataset(spec);
   std::printf("trainer overhead: fmnist-cnn on %s, cpu, %d threads, %d repeats (medians), %s\n",
               spec.c_str(), threads, repeats,
