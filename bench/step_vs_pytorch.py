@@ -15,6 +15,7 @@ Usage (from the repository root, after `make bench` or `make build`):
   ~/.cache/saturate/venv-torch-2.11.0/bin/python bench/step_vs_pytorch.py \
       [--saturate build/saturate] [--rounds 3] [--models fmnist-cnn,resnet18-cifar] \
       [--batches 32,128,512,2048] [--samples 12288] [--env-python 'MALLOC_...=...']
+      [--memory-format contiguous|channels-last] [--python-memory-format contiguous|channels-last]
 """
 import argparse
 import gzip
@@ -135,6 +136,9 @@ def python_run(args):
                 cin = width
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10)]
         model = nn.Sequential(*layers)
+    channels_last = args.python_memory_format == "channels-last"
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
 
@@ -151,6 +155,8 @@ def python_run(args):
         idx = order[cursor:cursor + args.batch]
         cursor += args.batch
         x = x_all.index_select(0, idx).float().div_(255.0).sub_(mean).div_(std)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         y = y_all.index_select(0, idx)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
@@ -208,7 +214,7 @@ def run_saturate(args, model, data_dir, batch, steps, seed):
                "--batch-size", str(batch), "--steps", str(steps), "--optimizer", "sgd",
                "--lr", str(args.lr), "--schedule", "constant", "--warmup-steps", "0",
                "--threads", str(args.threads), "--seed", str(seed), "--no-eval", "-q",
-               "--logdir", logdir]
+               "--memory-format", args.memory_format, "--logdir", logdir]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, **args.env_saturate))
         steps_ms, faults = [], []
@@ -227,7 +233,8 @@ def run_saturate(args, model, data_dir, batch, steps, seed):
 def run_python(args, model, data_dir, batch, steps, seed):
     cmd = [sys.executable, __file__, "--python-worker", "--model", model, "--data-dir", data_dir,
            "--batch", str(batch), "--steps", str(steps), "--seed", str(seed),
-           "--threads", str(args.threads), "--warmup", str(args.warmup), "--lr", str(args.lr)]
+           "--threads", str(args.threads), "--warmup", str(args.warmup), "--lr", str(args.lr),
+           "--python-memory-format", args.python_memory_format]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True,
                          env=dict(os.environ, **args.env_python)).stdout
     r = json.loads(out.strip().splitlines()[-1])
@@ -256,6 +263,12 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--env-python", default="", help="extra VAR=VALUE for the Python runs")
     p.add_argument("--env-saturate", default="", help="extra VAR=VALUE for the saturate runs")
+    p.add_argument("--memory-format", default="contiguous",
+                   help="saturate's --memory-format (contiguous or channels-last: what `tune` "
+                        "picks is the user's run)")
+    p.add_argument("--python-memory-format", default="contiguous",
+                   help="the Python loop's layout: contiguous (as users write it) or "
+                        "channels-last (model.to(memory_format=torch.channels_last), by hand)")
     # Worker mode.
     p.add_argument("--python-worker", action="store_true")
     p.add_argument("--model")
@@ -277,7 +290,8 @@ def main():
     try:
         print(f"step speed: saturate train vs Python PyTorch {torch.__version__}, SGD fp32, "
               f"{args.threads} threads (Python's default: {torch.get_num_threads()}), "
-              f"{args.rounds} interleaved rounds, medians; warm-up {args.warmup} steps")
+              f"{args.rounds} interleaved rounds, medians; warm-up {args.warmup} steps; "
+              f"layout: saturate {args.memory_format}, python {args.python_memory_format}")
         if args.env_python:
             print(f"python env: {args.env_python}")
         if args.env_saturate:

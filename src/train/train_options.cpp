@@ -32,6 +32,18 @@ std::string to_string(ScheduleKind kind) {
   return kind == ScheduleKind::kConstant ? "constant" : "cosine";
 }
 
+MemoryFormat parse_memory_format(const std::string& name) {
+  if (name == "contiguous") return MemoryFormat::kContiguous;
+  if (name == "channels-last") return MemoryFormat::kChannelsLast;
+  SATURATE_CHECK(false, "train: unknown memory format '", name, "'",
+                 did_you_mean(name, {"contiguous", "channels-last"}));
+  return MemoryFormat::kContiguous;
+}
+
+std::string to_string(MemoryFormat format) {
+  return format == MemoryFormat::kContiguous ? "contiguous" : "channels-last";
+}
+
 void TrainOptions::validate() const {
   SATURATE_CHECK(batch_size > 0, "train: --batch-size must be positive, got ", batch_size);
   SATURATE_CHECK(steps >= 0, "train: --steps must not be negative, got ", steps);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -46,6 +47,30 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) group.options().set_lr(lr);
 }
 
+// The line of a LibTorch error that says what went wrong: the first, or for a TorchScript
+// interpreter error (a traceback first) the last, without its "RuntimeError: ".
+std::string error_gist(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+  if (what.find("Traceback of TorchScript") == std::string::npos)
+    return what.substr(0, what.find('\n'));
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  std::string last = what.substr(what.rfind('\n') + 1);  // npos + 1 == 0: the whole message
+  const std::string prefix = "RuntimeError: ";
+  if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());
+  return last;
+}
+
+// Puts 4-D weights in channels-last order (the layout the kernels then keep for activations).
+// set_data swaps the storage under the same parameter, so modules and optimizers still hold it.
+void to_channels_last(Model& model) {
+  torch::NoGradGuard no_grad;
+  for (at::Tensor& p : model.parameters()) {
+    if (p.dim() != 4) continue;
+    p.set_data(at::empty_like(p, at::MemoryFormat::ChannelsLast).copy_(p));
+  }
+}
+
 GradScalerOptions scaler_options(const TrainOptions& o) {
   GradScalerOptions s = o.scaler;
   // Only fp16 can underflow gradients; bf16 has fp32's exponent range.
@@ -66,6 +91,7 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
       state_(new State) {
   options_.validate();
   model_.to(device_);
+  if (options_.memory_format == MemoryFormat::kChannelsLast) to_channels_last(model_);
   if (options_.checkpoint_segments > 0) {
     SATURATE_CHECK(model_.set_checkpoint_segments(options_.checkpoint_segments), "train: ",
                    model_.name(), " does not support activation checkpointing; drop --checkpoint-segments");
@@ -85,8 +111,17 @@ void Trainer::set_phase_timer(std::unique_ptr<PhaseTimer> timer) {
 
 Trainer::~Trainer() = default;
 
-at::Tensor Trainer::train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+at::Tensor Trainer::layout(const at::Tensor& x) const {
+  if (options_.memory_format == MemoryFormat::kContiguous) return x;
+  SATURATE_CHECK(x.dim() == 4, "train: --memory-format channels-last needs image batches [N, C, H, W]; ",
+                 model_.name(), " gets ", x.dim(), "-D batches ", x.sizes(),
+                 " (use --memory-format contiguous)");
+  return at::empty_like(x, at::MemoryFormat::ChannelsLast).copy_(x);
+}
+
+at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, StepRecord& r,
                                PhaseTimer* timer) {
+  const at::Tensor x = layout(batch_x);
   auto& optimizer = *state_->optimizer;
   auto& scaler = *state_->scaler;
   const int64_t batch = x.size(0);
@@ -206,7 +241,21 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     timer.mark(Phase::kHostToDevice);
     r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
     set_lr(*state_->optimizer, r.lr);
-    at::Tensor loss = train_step(x, y, r, &timer);
+    at::Tensor loss;
+    try {
+      loss = train_step(x, y, r, &timer);
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const std::exception& e) {
+      // A model written for NCHW (a view() of a conv output) fails in the other layout: say
+      // which setting to change rather than only what LibTorch saw.
+      if (step > 0 || options_.memory_format == MemoryFormat::kContiguous) throw;
+      SATURATE_CHECK(false, "train: ", model_.name(), " cannot run in --memory-format ",
+                     to_string(options_.memory_format), " (", error_gist(e),
+                     "); use --memory-format contiguous");
+    }
     const int64_t ticket = timer.finish();
     const int64_t faults_after = minor_page_faults();
     if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
@@ -317,7 +366,7 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
   double loss_sum = 0.0;
   int64_t correct = 0;
   while (auto batch = batches.next()) {
-    at::Tensor x = batch->inputs.to(device_);
+    at::Tensor x = layout(batch->inputs.to(device_));
     at::Tensor y = batch->targets.to(device_);
     at::Tensor logits;
     {

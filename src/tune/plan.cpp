@@ -20,7 +20,7 @@ const std::vector<std::string> kConfigKeys = {
     "batch_size", "precision",    "accumulate", "checkpoint_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
-    "momentum",   "weight_decay", "eval_batch_size", "eval_every"};
+    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -204,7 +204,8 @@ json config_to_json(const TrialConfig& c) {
           {"momentum", t.momentum},
           {"weight_decay", t.weight_decay},
           {"eval_batch_size", t.eval_batch_size},
-          {"eval_every", t.eval_every}};
+          {"eval_every", t.eval_every},
+          {"memory_format", to_string(t.memory_format)}};
 }
 
 // Fields the reader leaves out keep TrainOptions' defaults.
@@ -238,6 +239,8 @@ TrialConfig config_from_json(const FieldReader& r) {
       r.number("weight_decay", t.weight_decay, is_non_negative, "a non-negative number");
   t.eval_batch_size = r.integer("eval_batch_size", t.eval_batch_size, 1, "a positive integer");
   t.eval_every = r.integer("eval_every", t.eval_every, 0, "a non-negative integer");
+  t.memory_format = parse_memory_format(
+      r.name("memory_format", to_string(t.memory_format), {"contiguous", "channels-last"}));
   return c;
 }
 

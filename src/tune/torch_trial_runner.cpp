@@ -88,6 +88,18 @@ ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions
   std::unique_ptr<Trainer> trainer;
   // Building the model and optimizer is part of what must fit, and so are the Loader's
   // buffers: the pipeline `train` builds for the same flags.
+  // Any other failure (a model that cannot run this configuration) leaves memory as a trial
+  // must: the run's tensors freed, then the cache.
+  struct Cleanup {
+    std::unique_ptr<Model>& model;
+    std::unique_ptr<Trainer>& trainer;
+    DeviceMemory& memory;
+    ~Cleanup() {
+      trainer.reset();
+      model.reset();
+      memory.release_cached();
+    }
+  } cleanup{model, trainer, memory_};
   const ProbeResult p = probe_once(
       [&] {
         seed_everything(o.seed);
@@ -102,11 +114,7 @@ ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions
         if (after_fit) after_fit(*trainer);
       },
       memory_);
-  // Out of the catch block: drop the run's tensors, then the allocator's cache.
-  trainer.reset();
-  model.reset();
-  memory_.release_cached();
-  return p;
+  return p;  // out of the catch block: Cleanup drops the run's tensors, then the cache
 }
 
 TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {

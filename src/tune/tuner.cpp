@@ -65,6 +65,7 @@ class Tuner {
       check();
       baseline();
       if (!over_budget("precision")) precision();
+      if (!o_.memory_formats.empty() && !over_budget("memory_format")) memory_format();
       if (!over_budget("batch_size")) batch_size();
       if (!over_budget("memory_savers")) memory_savers();
       if (o_.max_workers > 0 && !over_budget("input_pipeline")) input_pipeline();
@@ -269,6 +270,57 @@ class Tuner {
     TrialConfig next = current_;
     next.train.precision = best.train.precision;
     if (base_fits_) adopt(next, measured(next, "precision"));
+    else current_ = next;
+  }
+
+  // The layout of image activations: the same math in another order, so only speed (and the
+  // peak, which the safety rule checks) decides. Measured at the batch the precision stage used.
+  void memory_format() {
+    TrialConfig at = current_;
+    TrialOutcome at_out = current_out_;
+    while (!at_out.fits && at.train.batch_size > 1) {
+      at.train.batch_size /= 2;
+      at_out = measured(at, "memory_format");
+    }
+    if (!at_out.fits) return;
+    TrialConfig best = at;
+    TrialOutcome best_out = at_out;
+    std::ostringstream tried;
+    for (MemoryFormat f : o_.memory_formats) {
+      if (f == at.train.memory_format) continue;
+      TrialConfig c = at;
+      c.train.memory_format = f;
+      tried << (tried.tellp() > 0 ? ", " : "") << to_string(f) << " ";
+      // A model written for one layout (a view() of a conv output, say) cannot run the other:
+      // that rules the layout out, not the tune.
+      const TrialOutcome* measured_out = nullptr;
+      try {
+        measured_out = &measured(c, "memory_format");
+      } catch (const Error& e) {
+        std::string what = e.what();
+        tried << "cannot run (" << what.substr(0, what.find('\n')) << ")";
+        continue;
+      }
+      const TrialOutcome& out = *measured_out;
+      tried << (out.fits ? format_fixed(sps(out), 1) + " samples/s" : std::string("out of memory"));
+      if (better(out, best_out)) {
+        best = c;
+        best_out = out;
+      }
+    }
+    const MemoryFormat was = current_.train.memory_format;
+    const bool changed = best.train.memory_format != was;
+    std::string why = to_string(at.train.memory_format) + " " + format_fixed(sps(at_out), 1) +
+                      " samples/s at batch " + std::to_string(at.train.batch_size) + "; " +
+                      tried.str();
+    why += changed ? ": " + to_string(best.train.memory_format) + " is faster by " +
+                         pct(sps(best_out) / sps(at_out) - 1.0)
+                   : ": kept " + to_string(was) + " (nothing faster by at least " +
+                         pct(o_.min_gain) + " beyond noise)";
+    finish_stage("memory_format", sps(at_out), sps(best_out), changed, why);
+    TrialConfig next = current_;
+    next.train.memory_format = best.train.memory_format;
+    if (base_fits_) adopt(next, measured(next, "memory_format"));
     else current_ = next;
   }
 
@@ -676,15 +728,16 @@ class Tuner {
     return ref;
   }
 
-  // The user's optimisation with this tune's math-preserving settings: the input pipeline and
-  // threads (the Loader's batches do not depend on its workers) and, where the batch does not
-  // fit at once, accumulation. Guard runs use it as their baseline; an unaffordable or failed
+  // The user's optimisation with this tune's math-preserving settings: the input pipeline,
+  // threads (the Loader's batches do not depend on its workers), the memory format and, where
+  // the batch does not fit at once, accumulation. Guard runs use it as their baseline; an unaffordable or failed
   // guard falls back to it.
   TrialConfig safe_reference() const {
     TrialConfig ref = reference();
     ref.workers = current_.workers;
     ref.prefetch = current_.prefetch;
     ref.threads = current_.threads;
+    ref.train.memory_format = current_.train.memory_format;
     return ref;
   }
 

@@ -892,6 +892,58 @@ def case_issue13_tune_measures_the_streamed_folder(tmp):
              f"{tuned['samples_per_s']:.1f} ({ratio:.2f}x)")
 
 
+def case_issue14_memory_format(tmp):
+    # A wrong layout name is a usage error with a suggestion; a plan's layout is what train runs.
+    data = make_idx_dir(tmp)
+    expect_usage_error(["train", "--data", "idx:" + data, "--memory-format", "channels_last"],
+                       "unknown memory format 'channels_last'; did you mean 'channels-last'?")
+    path = os.path.join(tmp, "cl.json")
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "fmnist-cnn", "--steps",
+                         "30", "--batch-size", "32", "--threads", "1", "--memory-format",
+                         "channels-last", "--summary-json", path)
+    if code != 0:
+        fail(f"train exit {code}\n{out}\n{err}")
+    with open(path) as f:
+        s = json.load(f)
+    if s["memory_format"] != "channels-last" or not s["test_accuracy"] > 0.3:
+        fail(f"channels-last run: {s}")
+    if "fp32, channels-last" not in out:
+        fail(f"train does not show the layout:\n{out}")
+    # A model written for NCHW (view() of a conv output) cannot run channels-last: train says
+    # which flag to change, and tune measures the layout, rules it out and goes on.
+    model = os.path.join(ARGS.fixtures, "view_cnn.pt")
+    if not os.path.exists(model):
+        fail(f"fixture {model} missing")
+    data10 = make_idx_dir(os.path.join(tmp, "ten"), classes=10)
+    code, out, err = run("train", "--data", "idx:" + data10, "--model", model, "--steps", "2",
+                         "--memory-format", "channels-last", "-q")
+    errors = [l for l in err.splitlines() if l.startswith("saturate: error: ")]
+    if code != 2 or len(errors) != 1 or not err.rstrip().endswith(errors[0]) or \
+            "cannot run in --memory-format channels-last (view size" not in errors[0] or \
+            "use --memory-format contiguous" not in errors[0]:
+        fail(f"view() in channels-last: exit {code}, expected 2 and one error line:\n{err}")
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "idx:" + data10, "--model", model, "--threads", "1",
+                         "--max-batch", "64", "--quality-samples", "0", "--out", plan_path,
+                         timeout=300)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    stage = [st for st in plan["stages"] if st["name"] == "memory_format"]
+    if len(stage) != 1 or "channels-last cannot run" not in stage[0]["why"] or stage[0]["changed"]:
+        fail(f"memory_format stage: {stage}\n{out}")
+    if plan["config"]["memory_format"] != "contiguous":
+        fail(f"plan layout {plan['config']['memory_format']}")
+    summary = os.path.join(tmp, "p.json")
+    code, out, err = run("train", "--config", plan_path, "--steps", "3", "--summary-json", summary)
+    if code != 0:
+        fail(f"train --config exit {code}\n{err}")
+    with open(summary) as f:
+        if json.load(f)["memory_format"] != "contiguous":
+            fail("train did not take the plan's layout")
+
+
 def case_issue13_tune_interrupt_writes_a_partial_plan(tmp):
     data = make_idx_dir(tmp, n_train=4096, n_test=64)
     plan_path = os.path.join(tmp, "plan.json")

@@ -54,10 +54,13 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
                        format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
                        format_fixed(s.phases.optimizer_ms, 2));
-  row("precision", to_string(o.precision) + (o.accumulate > 1
-                                                 ? ", " + std::to_string(o.accumulate) +
-                                                       " micro-batches per step"
-                                                 : std::string()));
+  row("precision", to_string(o.precision) +
+                       (o.memory_format != MemoryFormat::kContiguous
+                            ? ", " + to_string(o.memory_format)
+                            : std::string()) +
+                       (o.accumulate > 1
+                            ? ", " + std::to_string(o.accumulate) + " micro-batches per step"
+                            : std::string()));
   if (s.peak_memory_bytes > 0) row("peak memory", format_bytes(s.peak_memory_bytes));
   if (o.precision == Precision::kFp16)
     row("loss scale", format_fixed(s.loss_scale, 0) + " (" + std::to_string(s.skipped_steps) +
@@ -175,6 +178,7 @@ int run_train(const std::vector<std::string>& args) {
     j["precision"] = to_string(opts.precision);
     j["accumulate"] = opts.accumulate;
     j["checkpoint_segments"] = opts.checkpoint_segments;
+    j["memory_format"] = to_string(opts.memory_format);
     j["memory_limit_bytes"] = memory_limit;
     j["peak_memory_bytes"] = s.peak_memory_bytes;
     j["skipped_steps"] = s.skipped_steps;

@@ -167,6 +167,10 @@ int run_tune(const std::vector<std::string>& args) {
   base.workers = rf.workers;
   base.prefetch = rf.prefetch;
   o.precisions = precision_candidates(recipe.device, recipe.probe, base.train.precision);
+  // Image models may run faster in the other layout; which one depends on model and hardware.
+  o.memory_formats = {base.train.memory_format == MemoryFormat::kContiguous
+                          ? MemoryFormat::kChannelsLast
+                          : MemoryFormat::kContiguous};
   if (recipe.device.is_cpu() && recipe.threads > 1)
     o.threads = {recipe.threads, recipe.threads / 2};
   o.max_workers = std::max(1, recipe.probe.cpu.cores_usable);

@@ -6,6 +6,7 @@
 #include "command.h"
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/device/device_spec.h"
 #include "saturate/device/threads.h"
@@ -45,6 +46,14 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   app.add_option("--warmup-steps", t.warmup_steps, "linear LR warm-up steps; -1 = 2% of the run")
       ->capture_default_str();
   app.add_option("--precision", f.precision, "fp32, tf32 (CUDA), bf16, fp16 (CUDA) or auto")
+      ->capture_default_str();
+  app.add_option("--memory-format", f.memory_format,
+                 use == RecipeUse::kTune
+                     ? "layout of image activations to start from: contiguous (NCHW) or "
+                       "channels-last (NHWC); tune measures the other one too"
+                     : "layout of image activations and conv weights: contiguous (NCHW) or "
+                       "channels-last (NHWC, often faster on CPUs and tensor cores; tune "
+                       "measures it)")
       ->capture_default_str();
   app.add_option("--accumulate", t.accumulate,
                  "micro-batches per optimizer step (same effective --batch-size)")
@@ -97,6 +106,7 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f) {
     f.memory_limit = std::to_string(plan.memory_limit_bytes);
   if (!given("--precision")) f.precision = to_string(p.precision);
   if (!given("--checkpoint-segments")) t.checkpoint_segments = p.checkpoint_segments;
+  if (!given("--memory-format")) f.memory_format = to_string(p.memory_format);
   if (!given("--warmup-steps")) t.warmup_steps = p.warmup_steps;
   if (!given("--optimizer")) f.optimizer = to_string(p.optimizer);
   if (!given("--schedule")) f.schedule = to_string(p.schedule);
@@ -145,6 +155,7 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   r.train = f.train;
   r.train.optimizer = parse_optimizer(f.optimizer);
   r.train.schedule = parse_schedule(f.schedule);
+  r.train.memory_format = parse_memory_format(f.memory_format);
   const Precision requested = parse_precision(f.precision);
   if (!f.memory_limit.empty()) {
     r.memory_limit_bytes = parse_bytes(f.memory_limit, "--memory-limit");

@@ -31,6 +31,7 @@ struct RecipeFlags {
   std::string optimizer = "adamw";
   std::string schedule = "cosine";
   std::string precision = "fp32";
+  std::string memory_format = "contiguous";
   std::string memory_limit;  ///< a size; empty: the device's
   std::string cache;         ///< a size; empty: no cache
   std::string config;        ///< plan.json from `saturate tune`

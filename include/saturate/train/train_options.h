@@ -16,6 +16,10 @@ namespace saturate {
 
 enum class OptimizerKind { kSgd, kAdamW };
 enum class ScheduleKind { kConstant, kCosine };
+/// Layout of 4-D (image) activations and convolution weights. Channels-last (NHWC) lets CPU and
+/// tensor-core kernels vectorise over channels; which layout is faster depends on the model and
+/// the hardware, so `tune` measures it. The math is the same either way.
+enum class MemoryFormat { kContiguous, kChannelsLast };
 
 /// "sgd" | "adamw"; throws saturate::Error with a suggestion otherwise.
 OptimizerKind parse_optimizer(const std::string& name);
@@ -23,6 +27,9 @@ std::string to_string(OptimizerKind kind);
 /// "constant" | "cosine"
 ScheduleKind parse_schedule(const std::string& name);
 std::string to_string(ScheduleKind kind);
+/// "contiguous" | "channels-last"
+MemoryFormat parse_memory_format(const std::string& name);
+std::string to_string(MemoryFormat format);
 
 struct TrainOptions {
   int64_t batch_size = 64;
@@ -49,6 +56,8 @@ struct TrainOptions {
   int64_t accumulate = 1;
   /// Activation checkpointing: the model's layers in this many recomputed segments (0 = off).
   int64_t checkpoint_segments = 0;
+  /// Layout of image inputs and 4-D weights (channels-last needs [N, C, H, W] inputs).
+  MemoryFormat memory_format = MemoryFormat::kContiguous;
   /// Dynamic loss scaling; used only with fp16 (bf16 and fp32 need none).
   GradScalerOptions scaler;
 

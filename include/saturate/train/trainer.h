@@ -103,6 +103,9 @@ class Trainer {
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
 
+  // The batch in options().memory_format (a copy for channels-last, which needs 4-D batches).
+  at::Tensor layout(const at::Tensor& x) const;
+
   Model& model_;
   TrainOptions options_;
   c10::Device device_;

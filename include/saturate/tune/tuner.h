@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The staged tuner: baseline → precision → batch size (+ effective-batch policy) → memory savers
+// The staged tuner: baseline → precision → memory format → batch size (+ effective-batch policy) → memory savers
 // → input pipeline → threads → quality guard → plan. Every decision comes from measured trials through a
 // TrialRunner, so the same code tunes a real model and a SimulatedDevice.
 //
@@ -31,6 +31,8 @@ std::string to_string(EffectiveBatch e);
 struct TuneOptions {
   BatchSearchOptions search;
   std::vector<Precision> precisions;  ///< to try besides the base's, in order; the device's set
+  /// Layouts to try besides the base's (channels-last for image inputs); empty skips the stage.
+  std::vector<MemoryFormat> memory_formats;
   std::vector<int> threads;           ///< intra-op thread counts to try; empty skips the stage
   int max_workers = 0;                ///< input-pipeline workers to climb to; 0 skips the stage
   int max_prefetch = 16;              ///< deepest prefetch queue (batches) the input stage tries

@@ -27,6 +27,7 @@ TrialConfig tuned_config() {
   c.train.warmup_steps = 25;
   c.train.optimizer = OptimizerKind::kSgd;
   c.train.schedule = ScheduleKind::kConstant;
+  c.train.memory_format = MemoryFormat::kChannelsLast;
   c.train.seed = 18446744073709551615ull;  // the largest seed must survive the round trip
   c.threads = 6;
   return c;
@@ -73,6 +74,7 @@ void expect_config_eq(const TrialConfig& a, const TrialConfig& b) {
   EXPECT_EQ(a.train.optimizer, b.train.optimizer);
   EXPECT_EQ(a.train.schedule, b.train.schedule);
   EXPECT_EQ(a.train.seed, b.train.seed);
+  EXPECT_EQ(a.train.memory_format, b.train.memory_format);
   EXPECT_EQ(a.threads, b.threads);
 }
 
@@ -164,6 +166,7 @@ TEST(Plan, MinimalHandWrittenPlanKeepsDefaults) {
   EXPECT_EQ(p.config.train.optimizer, defaults.optimizer);
   EXPECT_EQ(p.config.train.schedule, defaults.schedule);
   EXPECT_EQ(p.config.train.seed, defaults.seed);
+  EXPECT_EQ(p.config.train.memory_format, MemoryFormat::kContiguous);  // plans before issue 14
   EXPECT_EQ(p.config.threads, 0);
   EXPECT_EQ(p.model, "");
   EXPECT_EQ(p.data, "");
@@ -213,6 +216,9 @@ TEST(Plan, EachBadConfigFieldIsAnErrorNamingItAndTheSource) {
        "config.optimizer must be one of sgd, adamw, got \"adam\"; did you "
        "mean 'adamw'?"},
       {"schedule", "linear", "config.schedule must be one of constant, cosine"},
+      {"memory_format", "nhwc", "config.memory_format must be one of contiguous, channels-last"},
+      {"memory_format", "channels_last",
+       "got \"channels_last\"; did you mean 'channels-last'?"},
       {"threads", -1, "config.threads must be a non-negative integer, got -1"},
       {"seed", -7, "config.seed must be a non-negative integer, got -7"},
       {"batchsize", 64, "config.batchsize is not a plan field; did you mean 'batch_size'?"},

@@ -531,3 +531,97 @@ TEST(Tuner, Issue13_ThePlansNumbersAreFreshMeasurementsNotTheStagesBest) {
 }
 
 }  // namespace saturate
+
+namespace saturate {
+namespace {
+
+// A layout's effect, which a simulator does not model: channels-last runs `speedup` times as
+// fast, or cannot run at all (a model that view()s a conv output).
+class Layouts : public TrialRunner {
+ public:
+  Layouts(TrialRunner& inner, double speedup, bool nhwc_fails = false)
+      : inner_(inner), speedup_(speedup), nhwc_fails_(nhwc_fails) {}
+  TrialOutcome run(const TrialRequest& r) override {
+    const bool nhwc = r.config.train.memory_format == MemoryFormat::kChannelsLast;
+    if (nhwc) ++nhwc_trials;
+    SATURATE_CHECK(!(nhwc && nhwc_fails_), "tune: view-cnn cannot run a training step (",
+                   r.config.describe(), "): view size is not compatible with input tensor's "
+                   "size and stride\nmore");
+    TrialOutcome t = inner_.run(r);
+    if (nhwc) {
+      t.measurement.samples_per_s *= speedup_;
+      for (double& x : t.measurement.step_samples_per_s) x *= speedup_;
+    }
+    return t;
+  }
+  QualityRun train_and_validate(const TrialConfig& c, int64_t samples) override {
+    SATURATE_CHECK(!(nhwc_fails_ && c.train.memory_format == MemoryFormat::kChannelsLast),
+                   "a quality run in a layout that cannot run");
+    return inner_.train_and_validate(c, samples);
+  }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+  int nhwc_trials = 0;
+
+ private:
+  TrialRunner& inner_;
+  double speedup_;
+  bool nhwc_fails_;
+};
+
+TuneOptions layout_options() {
+  TuneOptions o = options();
+  o.memory_formats = {MemoryFormat::kChannelsLast};
+  return o;
+}
+
+}  // namespace
+
+TEST(Tuner, Issue14_TakesChannelsLastWhereItMeasuresFaster) {
+  SimulatedDevice dev(gpu_like(), 31);
+  Layouts runner(dev, 1.3);
+  std::vector<std::string> heard;
+  const Plan p = tune(runner, user(64), layout_options(),
+                      [&](const PlanStage& s) { heard.push_back(s.name); });
+  ASSERT_GE(heard.size(), 3u);
+  EXPECT_EQ(heard[2], "memory_format");  // after precision, before the batch search
+  const PlanStage& s = stage(p, "memory_format");
+  EXPECT_TRUE(s.changed) << s.why;
+  EXPECT_NE(s.why.find("channels-last is faster by"), std::string::npos) << s.why;
+  EXPECT_EQ(p.config.train.memory_format, MemoryFormat::kChannelsLast);
+  // The batch search and the guard ran in it too: the plan's measurement is channels-last.
+  for (const PlanTrial& t : p.trials) {
+    if (t.stage == "batch_size") {
+      EXPECT_EQ(t.config.train.memory_format, MemoryFormat::kChannelsLast);
+    }
+  }
+}
+
+TEST(Tuner, Issue14_KeepsTheLayoutWhenChannelsLastIsSlowerOrWithinNoise) {
+  for (double speedup : {0.7, 1.01}) {
+    SimulatedDevice dev(gpu_like(), 32);
+    Layouts runner(dev, speedup);
+    const Plan p = tune(runner, user(64), layout_options());
+    const PlanStage& s = stage(p, "memory_format");
+    EXPECT_FALSE(s.changed) << speedup << ": " << s.why;
+    EXPECT_NE(s.why.find("kept contiguous"), std::string::npos) << s.why;
+    EXPECT_EQ(p.config.train.memory_format, MemoryFormat::kContiguous) << speedup;
+    EXPECT_GE(runner.nhwc_trials, 1);
+  }
+}
+
+TEST(Tuner, Issue14_AModelThatCannotRunChannelsLastKeepsItsLayoutAndTheTuneGoesOn) {
+  SimulatedDevice dev(gpu_like(), 33);
+  Layouts runner(dev, 2.0, /*nhwc_fails=*/true);
+  const Plan p = tune(runner, user(64), layout_options());
+  const PlanStage& s = stage(p, "memory_format");
+  EXPECT_FALSE(s.changed);
+  EXPECT_NE(s.why.find("channels-last cannot run (tune: view-cnn cannot run a training step"),
+            std::string::npos)
+      << s.why;
+  EXPECT_EQ(s.why.find("more"), std::string::npos) << "only the first line: " << s.why;
+  EXPECT_EQ(p.config.train.memory_format, MemoryFormat::kContiguous);
+  EXPECT_GT(p.config.train.batch_size, 64);  // the later stages still ran
+}
+
+}  // namespace saturate
