@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA-event phase timing on a real GPU. Every test skips without CUDA.
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -54,6 +55,46 @@ TEST(CudaPhaseTimer, TrainerOnCudaTimesWithEventsAndPhasesSumToTheStep) {
     EXPECT_GT(r.backward_ms, 0.0);
     EXPECT_NEAR(phase_sum_ms(r), r.step_ms, 0.02 * r.step_ms + 1e-3);
     EXPECT_TRUE(std::isfinite(r.loss));
+  }
+}
+
+// Issue 14: the channels-last path on a GPU (cuDNN's NHWC kernels): the same step as NCHW to
+// fp32 reordering (TF32 off), the conv weights NHWC on the device.
+TEST(TrainerCuda, Issue14_ChannelsLastTakesTheSameStepOnTheGpu) {
+  SATURATE_REQUIRE_CUDA();
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  const auto data = testing::make_pattern_splits(256, 32);
+  auto steps = [&](MemoryFormat format, bool* nhwc_weights) {
+    TrainOptions o;
+    o.batch_size = 48;
+    o.steps = 2;
+    o.optimizer = OptimizerKind::kSgd;
+    o.schedule = ScheduleKind::kConstant;
+    o.warmup_steps = 0;
+    o.lr = 0.1;
+    o.evaluate = false;
+    o.memory_format = format;
+    seed_everything(5);
+    auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
+    Trainer trainer(*model, o, c10::Device("cuda:0"));
+    trainer.fit(data);
+    std::vector<at::Tensor> out;
+    for (const auto& p : model->parameters()) {
+      if (nhwc_weights && p.dim() == 4 && p.size(1) > 1)
+        *nhwc_weights = p.is_cuda() && p.is_contiguous(at::MemoryFormat::ChannelsLast);
+      out.push_back(p.detach().to(at::kCPU).contiguous());
+    }
+    return out;
+  };
+  bool nhwc = false;
+  const auto a = steps(MemoryFormat::kContiguous, nullptr);
+  const auto b = steps(MemoryFormat::kChannelsLast, &nhwc);
+  EXPECT_TRUE(nhwc);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = (a[i] - b[i]).abs().max().item<double>();
+    EXPECT_LE(diff, 1e-4 * std::max(1.0, a[i].abs().max().item<double>())) << "parameter " << i;
   }
 }
 

@@ -42,7 +42,7 @@ std::vector<Precision> precision_candidates(const c10::Device& device, const Dev
 
 void print_stage(std::ostream& out, const PlanStage& s) {
   std::string name = s.name;
-  name.resize(14, ' ');
+  name.resize(std::max<size_t>(name.size() + 1, 15), ' ');  // "input_pipeline " is the longest
   out << "  " << name;
   if (s.before_samples_per_s > 0) {
     out << format_fixed(s.before_samples_per_s, 1) << " → " << format_fixed(s.after_samples_per_s, 1)
