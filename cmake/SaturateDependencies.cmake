@@ -52,3 +52,30 @@ if(SATURATE_BUILD_BENCH)
   saturate_require(benchmark libbenchmark-dev)
 endif()
 find_package(Threads REQUIRED)
+
+# c10d's Gloo backend: the wheel exports USE_C10D_GLOO but ships no gloo/ headers. Debian's
+# libgloo-dev provides them; only c10d's API is used, and torch's own Gloo is what links (never
+# another libgloo).
+find_path(SATURATE_GLOO_INCLUDE_DIR gloo/algorithm.h)
+if(NOT SATURATE_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "saturate: Gloo headers (gloo/algorithm.h) not found; run "
+                      "scripts/install-deps (or apt-get install libgloo-dev)")
+endif()
+# c10d's NCCL backend needs nccl.h and the CUDA headers it was built with: pip keeps them in
+# site-packages/nvidia beside torch. Without them the NCCL backend is left out (Gloo still
+# carries CUDA tensors, through host memory).
+set(SATURATE_HAS_NCCL 0)
+if(SATURATE_HAS_CUDA AND SATURATE_PYTHON)
+  execute_process(
+    COMMAND ${SATURATE_PYTHON} -c
+      "import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), 'nvidia'))"
+    OUTPUT_VARIABLE _nvidia_root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_nvidia_root AND EXISTS "${_nvidia_root}/nccl/include/nccl.h")
+    set(SATURATE_NCCL_INCLUDE_DIRS "${_nvidia_root}/nccl/include")
+    if(EXISTS "${_nvidia_root}/cu13/include")
+      list(APPEND SATURATE_NCCL_INCLUDE_DIRS "${_nvidia_root}/cu13/include")
+    endif()
+    set(SATURATE_HAS_NCCL 1)
+  endif()
+endif()
+message(STATUS "saturate: Gloo headers in ${SATURATE_GLOO_INCLUDE_DIR}, NCCL backend ${SATURATE_HAS_NCCL}")

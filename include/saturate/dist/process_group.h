@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// DistGroup: the ranks of a data-parallel job joined over c10d (PyTorch's own distributed
+// engine: Gloo for CPU tensors, NCCL for CUDA ones), behind a header that needs no c10d
+// includes. Rendezvous goes through a TCPStore at MASTER_ADDR:MASTER_PORT, hosted by rank 0 or,
+// under torchrun, by its agent; keys carry the restart attempt so a restarted job never reads
+// a previous attempt's addresses.
+//
+//   const DistEnv env = dist_env_from_environment();
+//   auto group = init_process_group(env, DistBackend::kAuto, device, std::chrono::seconds(60));
+//   group->allreduce_sum(grads);
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "saturate/dist/dist_env.h"
+
+namespace saturate {
+
+enum class DistBackend { kAuto, kGloo, kNccl };
+/// "auto" | "gloo" | "nccl"; throws saturate::Error with a suggestion otherwise.
+DistBackend parse_dist_backend(const std::string& name);
+std::string to_string(DistBackend backend);
+/// kAuto resolved for `device`: NCCL for CUDA, Gloo otherwise. NCCL on a CPU device (or in a
+/// build without CUDA) is a saturate::Error.
+DistBackend resolve_dist_backend(DistBackend requested, const c10::Device& device);
+
+class DistGroup {
+ public:
+  struct Impl;
+  explicit DistGroup(std::unique_ptr<Impl> impl);
+  ~DistGroup();
+  DistGroup(const DistGroup&) = delete;
+  DistGroup& operator=(const DistGroup&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  DistBackend backend() const;
+  std::chrono::milliseconds timeout() const;
+
+  /// Collectives, blocking until done (or the group's timeout, which throws saturate::Error).
+  /// Tensors live on the group's device (CPU for Gloo); they are changed in place.
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
+  void allreduce_sum(std::vector<at::Tensor>& tensors);
+  /// Every rank's `values` (the same length on each), in rank order.
+  std::vector<std::vector<double>> allgather(const std::vector<double>& values);
+  void barrier();
+
+  /// For modules of saturate that drive c10d directly (the gradient reducer).
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Joins the job `env` describes. A world of one still gets a group (collectives are then
+/// no-ops on one rank). Failures to reach the store or the peers within `timeout` are a
+/// saturate::Error naming MASTER_ADDR:MASTER_PORT and the rank.
+std::unique_ptr<DistGroup> init_process_group(const DistEnv& env, DistBackend backend,
+                                              const c10::Device& device,
+                                              std::chrono::milliseconds timeout);
+
+}  // namespace saturate

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cstdlib>
+#include <sstream>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "dist/process_group_impl.h"
+#include "saturate/core/error.h"
+#include "saturate/core/strings.h"
+
+namespace saturate {
+
+#if SATURATE_HAS_NCCL
+// nccl_backend.cpp: the only file that includes ProcessGroupNCCL.hpp (and so nccl.h).
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int rank, int size,
+                                                    std::chrono::milliseconds timeout);
+#endif
+
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::string where(const DistEnv& env) {
+  return env.master_addr + ":" + std::to_string(env.master_port);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options(std::chrono::milliseconds timeout) {
+  auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+  // As torch.distributed does: one device per interface in GLOO_SOCKET_IFNAME, else the
+  // default (the hostname's address, else loopback). Gloo refuses an empty list.
+  const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifnames != nullptr && *ifnames != '\0') {
+    std::stringstream list(ifnames);
+    std::string name;
+    while (std::getline(list, name, ','))
+      if (!name.empty()) o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  }
+  if (o->devices.empty()) o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  o->threads = 2 * static_cast<int>(o->devices.size());
+  return o;
+}
+
+}  // namespace
+
+DistBackend parse_dist_backend(const std::string& name) {
+  if (name == "auto") return DistBackend::kAuto;
+  if (name == "gloo") return DistBackend::kGloo;
+  if (name == "nccl") return DistBackend::kNccl;
+  SATURATE_CHECK(false, "dist: unknown --backend '", name, "'",
+                 did_you_mean(name, {"auto", "gloo", "nccl"}));
+  return DistBackend::kAuto;
+}
+
+std::string to_string(DistBackend backend) {
+  switch (backend) {
+    case DistBackend::kAuto: return "auto";
+    case DistBackend::kGloo: return "gloo";
+    case DistBackend::kNccl: return "nccl";
+  }
+  return "auto";
+}
+
+DistBackend resolve_dist_backend(DistBackend requested, const c10::Device& device) {
+  if (requested == DistBackend::kAuto)
+    requested = device.is_cuda() && SATURATE_HAS_NCCL ? DistBackend::kNccl : DistBackend::kGloo;
+  if (requested == DistBackend::kNccl) {
+    SATURATE_CHECK(SATURATE_HAS_NCCL, "dist: --backend nccl, but this build of saturate has no "
+                                      "NCCL backend; use --backend gloo");
+    SATURATE_CHECK(device.is_cuda(), "dist: --backend nccl needs a CUDA device, and training "
+                                     "runs on ", device.str(), "; use --backend gloo");
+  }
+  return requested;
+}
+
+DistGroup::DistGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DistGroup::~DistGroup() = default;
+
+int DistGroup::rank() const { return impl_->env.rank; }
+int DistGroup::world_size() const { return impl_->env.world_size; }
+DistBackend DistGroup::backend() const { return impl_->backend; }
+std::chrono::milliseconds DistGroup::timeout() const { return impl_->timeout; }
+
+void wait_for(DistGroup::Impl& g, const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    // Gloo reports a dead peer as gloo::IoException (a std::runtime_error), c10d as DistError.
+    throw std::runtime_error("dist: rank " + std::to_string(g.env.rank) + " of " +
+                             std::to_string(g.env.world_size) + ": " + what + " failed: " +
+                             first_line(e.what()));
+  }
+}
+
+void DistGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  wait_for(*impl_, impl_->group->broadcast(tensors, o), "broadcast");
+}
+
+void DistGroup::allreduce_sum(std::vector<at::Tensor>& tensors) {
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  wait_for(*impl_, impl_->group->allreduce(tensors, o), "all-reduce");
+}
+
+std::vector<std::vector<double>> DistGroup::allgather(const std::vector<double>& values) {
+  const auto n = static_cast<int64_t>(values.size());
+  std::vector<at::Tensor> in = {torch::tensor(values, torch::kDouble)};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < world_size(); ++r) out[0].push_back(torch::empty({n}, torch::kDouble));
+  wait_for(*impl_, impl_->group->allgather(out, in), "all-gather");
+  std::vector<std::vector<double>> result;
+  for (const at::Tensor& t : out[0]) {
+    const double* p = t.data_ptr<double>();
+    result.emplace_back(p, p + n);
+  }
+  return result;
+}
+
+void DistGroup::barrier() {
+  c10d::BarrierOptions o;
+  if (impl_->device.is_cuda()) o.device_ids = {impl_->device.has_index() ? impl_->device.index() : 0};
+  wait_for(*impl_, impl_->group->barrier(o), "barrier");
+}
+
+std::unique_ptr<DistGroup> init_process_group(const DistEnv& env, DistBackend backend,
+                                              const c10::Device& device,
+                                              std::chrono::milliseconds timeout) {
+  SATURATE_CHECK(timeout.count() > 0, "dist: --dist-timeout must be positive");
+  auto g = std::make_unique<DistGroup::Impl>();
+  g->env = env;
+  g->device = device;
+  g->timeout = timeout;
+  g->backend = resolve_dist_backend(backend, device);
+  c10::intrusive_ptr<c10d::Store> base;
+  if (!env.is_distributed()) {
+    base = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    // torchrun's agent hosts the store when it says so; otherwise rank 0 does.
+    o.isServer = !env.agent_store && env.rank == 0;
+    o.numWorkers = static_cast<std::size_t>(env.world_size);
+    o.waitWorkers = !env.agent_store;
+    o.timeout = timeout;
+    o.multiTenant = true;
+    try {
+      base = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    } catch (const std::exception& e) {
+      SATURATE_CHECK(false, "dist: rank ", env.rank, " of ", env.world_size,
+                     " could not join the store at ", where(env), " within ",
+                     timeout.count() / 1000.0, " s (", first_line(e.what()),
+                     "); check MASTER_ADDR/MASTER_PORT and that every rank started, or raise "
+                     "--dist-timeout");
+    }
+  }
+  // Keys of one restart attempt never meet another's (torchrun's store outlives attempts).
+  g->store = c10::make_intrusive<c10d::PrefixStore>(
+      "/worker/attempt_" + std::to_string(env.restart_count) + "/saturate/", base);
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(g->store, env.rank, env.world_size);
+  try {
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("gloo/", g->store), env.rank, env.world_size,
+        gloo_options(timeout));
+    group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    if (g->backend == DistBackend::kGloo) {
+      group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      // Gloo also carries CUDA tensors (through host memory) when NCCL is not wanted.
+      if (device.is_cuda())
+        group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    }
+#if SATURATE_HAS_NCCL
+    if (g->backend == DistBackend::kNccl) {
+      auto nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl/", g->store),
+                                    env.rank, env.world_size, timeout);
+      group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    }
+#endif
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    SATURATE_CHECK(false, "dist: rank ", env.rank, " of ", env.world_size, " could not connect to ",
+                   "its peers through the store at ", where(env), " (", first_line(e.what()), ")");
+  }
+  g->group = group;
+  return std::make_unique<DistGroup>(std::move(g));
+}
+
+}  // namespace saturate

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Starts N ranks of a command with the environment torchrun gives its workers, on a free port
+of 127.0.0.1, waits for all under a hard time limit and leaves no process behind.
+
+Usage: run_ranks.py --case NAME --worker BIN
+Cases:
+  collectives       2 ranks: all-reduce, broadcast, all-gather, barrier agree
+  store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def start(cmd, rank, world, port):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def wait_all(procs, limit_s):
+    """(returncode, stdout, stderr) per process; kills every process group past the limit."""
+    deadline = time.time() + limit_s
+    out = []
+    try:
+        for p in procs:
+            left = max(0.1, deadline - time.time())
+            o, e = p.communicate(timeout=left)
+            out.append((p.returncode, o, e))
+    except subprocess.TimeoutExpired:
+        fail(f"ranks still running after {limit_s} s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    return out
+
+
+def case_collectives(args):
+    port = free_port()
+    procs = [start([args.worker, "collectives"], r, 2, port) for r in range(2)]
+    for r, (code, o, e) in enumerate(wait_all(procs, 60)):
+        if code != 0 or f"rank {r} ok" not in o:
+            fail(f"rank {r}: exit {code}\n{o}\n{e}")
+
+
+def case_store_unreachable(args):
+    port = free_port()  # nobody listens there
+    t0 = time.time()
+    [(code, o, e)] = wait_all([start([args.worker, "collectives", "3"], 1, 2, port)], 60)
+    took = time.time() - t0
+    if code != 2 or "could not join the store at 127.0.0.1:" not in e or "rank 1 of 2" not in e:
+        fail(f"exit {code}, expected 2 naming the store:\n{e}")
+    if took > 30:
+        fail(f"took {took:.1f} s for a 3 s --dist-timeout")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--worker", required=True)
+    args = ap.parse_args()
+    globals()["case_" + args.case](args)
+    print(f"{args.case}: ok")
+
+
+if __name__ == "__main__":
+    main()
