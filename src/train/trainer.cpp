@@ -18,6 +18,7 @@
 #include "saturate/telemetry/phase_timer.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
+#include "saturate/train/gradient_sync.h"
 #include "saturate/train/grad_scaler.h"
 #include "saturate/train/lr_schedule.h"
 #include "saturate/train/precision.h"
@@ -86,8 +87,9 @@ struct Trainer::State {
   std::vector<at::Tensor> params;
 };
 
-Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory)
-    : model_(model), options_(std::move(options)), device_(device), memory_(memory),
+Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory,
+                 GradientSync* sync)
+    : model_(model), options_(std::move(options)), device_(device), memory_(memory), sync_(sync),
       state_(new State) {
   options_.validate();
   model_.to(device_);
@@ -96,6 +98,7 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
     SATURATE_CHECK(model_.set_checkpoint_segments(options_.checkpoint_segments), "train: ",
                    model_.name(), " does not support activation checkpointing; drop --checkpoint-segments");
   }
+  if (sync_) sync_->attach(model_);
   // Built after the move: the optimizer holds the parameters' device tensors.
   state_->params = model_.parameters();
   state_->optimizer = make_optimizer(options_, state_->params);
@@ -130,6 +133,8 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   at::Tensor loss_sum = torch::zeros({}, x.options().dtype(at::kFloat));
   for (int64_t begin = 0; begin < batch; begin += micro) {
     const int64_t end = std::min(batch, begin + micro);
+    const bool last = end == batch;  // only the last micro-batch synchronises gradients
+    if (sync_) sync_->before_forward(last);
     at::Tensor loss;
     {
       AutocastScope autocast(options_.precision, device_.type());
@@ -140,6 +145,7 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
              (static_cast<double>(end - begin) / static_cast<double>(batch));
     }
     if (timer) timer->mark(Phase::kForward);
+    if (sync_) sync_->before_backward(last);
     scaler.scale(loss).backward();
     loss_sum += loss.detach();
     if (timer) timer->mark(Phase::kBackward);

@@ -4,6 +4,8 @@
 // saturate::Error exits 2 with its message, anything else 1.
 //
 //   dist_worker collectives [TIMEOUT_S]
+//   dist_worker equivalence [TIMEOUT_S]   W ranks of batch B vs one process of batch W·B
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -12,8 +14,14 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/data/loader.h"
+#include "saturate/data/sample_source.h"
+#include "saturate/dist/data_parallel.h"
 #include "saturate/dist/dist_env.h"
 #include "saturate/dist/process_group.h"
+#include "saturate/models/model.h"
+#include "saturate/train/trainer.h"
+#include "testing/pattern_dataset.h"
 
 namespace saturate {
 namespace {
@@ -36,6 +44,65 @@ void collectives(DistGroup& g) {
   g.barrier();
 }
 
+// `steps` plain-SGD steps of fmnist-cnn; with a group, each rank trains its shard of the
+// loader's order in batches of `batch`, gradients averaged; the parameters at the end.
+std::vector<at::Tensor> train(DistGroup* group, int64_t batch, int64_t accumulate,
+                              uint64_t init_seed) {
+  const auto data = testing::make_pattern_splits(512, 32);
+  auto source = make_sample_source(data.train);
+  TrainOptions o;
+  o.batch_size = batch;
+  o.accumulate = accumulate;
+  o.steps = 5;
+  o.optimizer = OptimizerKind::kSgd;
+  o.momentum = 0.9;
+  o.weight_decay = 1e-4;
+  o.schedule = ScheduleKind::kConstant;
+  o.warmup_steps = 0;
+  o.lr = 0.05;
+  o.evaluate = false;
+  o.seed = 11;
+  seed_everything(init_seed);
+  auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
+  std::unique_ptr<GradientSync> sync = group ? make_data_parallel(*group) : nullptr;
+  Trainer trainer(*model, o, c10::Device("cpu"), nullptr, sync.get());
+  LoaderOptions lo;
+  lo.batch_size = batch;
+  lo.seed = o.seed;
+  lo.rank = group ? group->rank() : 0;
+  lo.world = group ? group->world_size() : 1;
+  lo.transform.mean = data.normalize_mean;
+  lo.transform.std = data.normalize_std;
+  Loader loader(*source, lo);
+  trainer.fit(loader, data);
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void equivalence(DistGroup& g) {
+  const int64_t per_rank = 16;
+  for (int64_t accumulate : {1, 2}) {
+    // Different initial weights on each rank: attach must make them rank 0's.
+    const auto dp = train(&g, per_rank, accumulate, /*init_seed=*/100 + g.rank());
+    // Every rank ends with the same weights...
+    for (const at::Tensor& p : dp) {
+      std::vector<at::Tensor> sum = {p.clone()};
+      g.allreduce_sum(sum);
+      const double spread = (sum[0] / g.world_size() - p).abs().max().item<double>();
+      EXPECT_OR_FAIL(spread == 0.0, "ranks disagree by ", spread, " (accumulate ", accumulate, ")");
+    }
+    // ...and they are one process's on the whole batch (rank 0's initial weights).
+    const auto one = train(nullptr, per_rank * g.world_size(), accumulate, /*init_seed=*/100);
+    for (size_t i = 0; i < one.size(); ++i) {
+      const double diff = (dp[i] - one[i]).abs().max().item<double>();
+      const double scale = std::max(1.0, one[i].abs().max().item<double>());
+      EXPECT_OR_FAIL(diff <= 1e-5 * scale, "parameter ", i, " differs from one process by ",
+                     diff, " (accumulate ", accumulate, ")");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace saturate
 
@@ -49,6 +116,7 @@ int main(int argc, char** argv) {
         env, saturate::DistBackend::kGloo, c10::Device("cpu"),
         std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
     if (mode == "collectives") saturate::collectives(*g);
+    else if (mode == "equivalence") saturate::equivalence(*g);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

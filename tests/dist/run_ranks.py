@@ -6,6 +6,7 @@ of 127.0.0.1, waits for all under a hard time limit and leaves no process behind
 Usage: run_ranks.py --case NAME --worker BIN
 Cases:
   collectives       2 ranks: all-reduce, broadcast, all-gather, barrier agree
+  equivalence       2 ranks of batch 16 take one process's steps of batch 32 (accumulate 1, 2)
   store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
 """
 import argparse
@@ -58,6 +59,14 @@ def case_collectives(args):
     port = free_port()
     procs = [start([args.worker, "collectives"], r, 2, port) for r in range(2)]
     for r, (code, o, e) in enumerate(wait_all(procs, 60)):
+        if code != 0 or f"rank {r} ok" not in o:
+            fail(f"rank {r}: exit {code}\n{o}\n{e}")
+
+
+def case_equivalence(args):
+    port = free_port()
+    procs = [start([args.worker, "equivalence"], r, 2, port) for r in range(2)]
+    for r, (code, o, e) in enumerate(wait_all(procs, 100)):
         if code != 0 or f"rank {r} ok" not in o:
             fail(f"rank {r}: exit {code}\n{o}\n{e}")
 

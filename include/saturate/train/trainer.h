@@ -25,6 +25,7 @@
 namespace saturate {
 
 class DeviceMemory;
+class GradientSync;
 class Model;
 class PhaseTimer;
 class TelemetrySink;
@@ -58,7 +59,10 @@ class Trainer {
   /// Moves the model to `device`, applies checkpoint segments and builds the optimizer. `model`
   /// (and `memory`, when given) must outlive the trainer. With `memory`, each step's peak
   /// memory is recorded and probe() is available.
-  Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory = nullptr);
+  /// With `sync` (which must outlive the trainer too), every micro-batch's gradients go
+  /// through it: data parallelism over several processes.
+  Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory = nullptr,
+          GradientSync* sync = nullptr);
   ~Trainer();
 
   /// Trains on `data.train` for options.steps (or epochs), then evaluates on `data.validation`
@@ -110,6 +114,7 @@ class Trainer {
   TrainOptions options_;
   c10::Device device_;
   DeviceMemory* memory_;
+  GradientSync* sync_;
   std::unique_ptr<State> state_;
   std::unique_ptr<PhaseTimer> timer_;
 };

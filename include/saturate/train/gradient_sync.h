@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// GradientSync: the seam through which data parallelism enters a training step. The Trainer
+// calls it around each micro-batch; the dist module implements it over c10d (gradients averaged
+// across ranks while backward runs), tests with doubles. Without one, a step is one process's.
+//
+//   auto sync = make_data_parallel(*group);          // dist
+//   Trainer trainer(*model, opts, device, memory, sync.get());
+
+namespace saturate {
+
+class Model;
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  /// Once, before the optimizer is built: the model is on its device in its final layout.
+  /// Data parallelism makes every rank's parameters and buffers rank 0's here.
+  virtual void attach(Model& model) = 0;
+  /// Before each micro-batch's forward; `sync` is true for the last micro-batch of an optimizer
+  /// step (the others accumulate locally and synchronise nothing).
+  virtual void before_forward(bool sync) = 0;
+  /// After that forward, before its backward.
+  virtual void before_backward(bool sync) = 0;
+  /// Processes whose gradients are averaged (1: none).
+  virtual int world_size() const = 0;
+};
+
+}  // namespace saturate

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/dist/data_parallel.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/torch.h>
+
+#include "dist/process_group_impl.h"
+#include "saturate/core/error.h"
+#include "saturate/models/model.h"
+
+namespace saturate {
+namespace {
+
+// Broadcasts from rank 0 in one coalesced buffer per ~250 MiB, as DDP does at construction.
+constexpr size_t kBroadcastBufferBytes = size_t{250} << 20;
+
+class ReducerSync final : public GradientSync {
+ public:
+  ReducerSync(DistGroup& group, const DataParallelOptions& o) : group_(group), o_(o) {}
+
+  void attach(Model& model) override {
+    SATURATE_CHECK(reducer_ == nullptr, "dist: a data-parallel sync serves one model");
+    DistGroup::Impl& g = group_.impl();
+    torch::NoGradGuard no_grad;
+    params_ = model.parameters();
+    // Buffers: the model's state that is not a parameter (BatchNorm running statistics).
+    std::unordered_set<const void*> param_impls;
+    for (const at::Tensor& p : params_) param_impls.insert(p.unsafeGetTensorImpl());
+    for (const at::Tensor& t : model.state_tensors())
+      if (!param_impls.count(t.unsafeGetTensorImpl()) && t.numel() > 0) buffers_.push_back(t);
+    // Every rank must hold the same shapes in the same order, or the buckets would not match:
+    // c10d checks it collectively and names the first mismatch.
+    c10d::verify_params_across_processes(g.group, params_, std::nullopt);
+    std::vector<at::Tensor> state = params_;
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    c10d::broadcast_coalesced(g.group, state, kBroadcastBufferBytes, 0);
+    if (group_.world_size() == 1) return;
+    std::vector<size_t> limits = {static_cast<size_t>(o_.first_bucket_bytes),
+                                  static_cast<size_t>(o_.bucket_bytes)};
+    std::vector<std::vector<size_t>> buckets =
+        std::get<0>(c10d::compute_bucket_assignment_by_size(params_, limits));
+    // Gradients arrive roughly in reverse order of the parameters: so do the buckets.
+    std::reverse(buckets.begin(), buckets.end());
+    reducer_ = std::make_shared<c10d::Reducer>(
+        params_, std::move(buckets), g.group, std::vector<bool>(params_.size(), false),
+        o_.bucket_bytes, /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+        std::unordered_map<size_t, std::string>{}, o_.first_bucket_bytes,
+        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+        std::vector<int64_t>{});
+  }
+
+  void before_forward(bool sync) override {
+    if (!reducer_) return;
+    // Collective on every rank at the same point: the buckets are rebuilt once, in the order
+    // the first backward produced gradients.
+    reducer_->rebuild_buckets();
+    if (sync) reducer_->prepare_for_forward();
+    if (o_.broadcast_buffers && !buffers_.empty()) {
+      torch::NoGradGuard no_grad;
+      c10d::broadcast_coalesced(group_.impl().group, buffers_, kBroadcastBufferBytes, 0);
+    }
+  }
+
+  void before_backward(bool sync) override {
+    // Without prepare_for_backward the Reducer's hooks stand aside: gradients accumulate.
+    if (reducer_ && sync) reducer_->prepare_for_backward({});
+  }
+
+  int world_size() const override { return group_.world_size(); }
+
+ private:
+  DistGroup& group_;
+  DataParallelOptions o_;
+  std::vector<at::Tensor> params_, buffers_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_data_parallel(DistGroup& group,
+                                                 const DataParallelOptions& options) {
+  SATURATE_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
+                 "dist: bucket sizes must be positive");
+  return std::make_unique<ReducerSync>(group, options);
+}
+
+}  // namespace saturate
