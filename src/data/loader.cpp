@@ -152,7 +152,12 @@ void Loader::start_epoch(int64_t epoch) {
     }
   }
   order_.clear();
-  for (int64_t i = o_.rank; i < n; i += o_.world) order_.push_back(all[i]);
+  // Every rank gets ceil(n / world) samples, so all ranks take the same number of steps (a
+  // rank with one batch fewer would leave the others waiting in their gradient all-reduce): the
+  // shuffled order is padded by wrapping around to its first samples, which a few ranks then
+  // see twice this epoch. The union of the shards is the whole dataset.
+  const int64_t padded = (n + o_.world - 1) / o_.world * o_.world;
+  for (int64_t i = o_.rank; i < padded; i += o_.world) order_.push_back(all[i % n]);
   const auto count = static_cast<int64_t>(order_.size());
   batches_ = o_.drop_last ? count / o_.batch_size : (count + o_.batch_size - 1) / o_.batch_size;
   if (o_.drop_last) order_.resize(static_cast<size_t>(batches_ * o_.batch_size));

@@ -944,6 +944,54 @@ def case_issue14_memory_format(tmp):
             fail("train did not take the plan's layout")
 
 
+def case_issue15_torchrun_two_ranks_train_as_one_process(tmp):
+    # The real torchrun (the virtualenv's, --no-python) starts 2 ranks of batch 16: they take
+    # one process's steps at batch 32, so the test split scores the same.
+    data = make_idx_dir(tmp, n_train=512, n_test=128)
+    # Few, small steps: the loss is still ~1.09, where batch 16 alone lands 5e-3 away.
+    common = ["--data", "idx:" + data, "--model", "mlp", "--steps", "4", "--optimizer", "sgd",
+              "--lr", "0.01", "--schedule", "constant", "--threads", "1", "-q"]
+    one = os.path.join(tmp, "one.json")
+    code, out, err = run("train", *common, "--batch-size", "32", "--summary-json", one)
+    if code != 0:
+        fail(f"one process: exit {code}\n{err}")
+    two = os.path.join(tmp, "two.json")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--no-python", "--standalone",
+                        "--nproc-per-node", "2", ARGS.saturate, "train", *common,
+                        "--batch-size", "16", "--summary-json", two],
+                       capture_output=True, text=True, timeout=180)
+    if p.returncode != 0:
+        fail(f"torchrun: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    if "batch 16 per rank × 2 ranks = 32" not in p.stdout:
+        fail(f"the summary does not state the global batch:\n{p.stdout}")
+    with open(one) as f:
+        a = json.load(f)
+    with open(two) as f:
+        b = json.load(f)
+    if b["world_size"] != 2 or b["global_batch_size"] != 32 or b["batch_size"] != 16:
+        fail(f"summary batch fields: {b}")
+    if abs(a["test_loss"] - b["test_loss"]) > 1e-5 * a["test_loss"] or \
+            a["test_accuracy"] != b["test_accuracy"]:
+        fail(f"2 ranks x 16 vs 1 x 32: test loss {b['test_loss']} vs {a['test_loss']}, accuracy "
+             f"{b['test_accuracy']} vs {a['test_accuracy']}")
+
+
+def case_issue15_dist_bad_input(tmp):
+    data = make_idx_dir(tmp)
+    base = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "2", "-q"]
+    for env, flags, want in (
+            ({"WORLD_SIZE": "2"}, [], "dist: WORLD_SIZE is set without RANK"),
+            ({"RANK": "2", "WORLD_SIZE": "2"}, [], "dist: RANK 2 is outside [0, 2)"),
+            ({}, ["--backend", "glo"], "unknown --backend 'glo'; did you mean 'gloo'?"),
+            ({}, ["--dist-timeout", "0"], "--dist-timeout must be a positive number"),
+            ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+             ["--backend", "nccl"], "--backend nccl")):
+        code, out, err = run(*base, *flags, env=env)
+        errors = [l for l in err.splitlines() if l.startswith("saturate: error: ")]
+        if code != 2 or len(errors) != 1 or want not in errors[0]:
+            fail(f"{env} {flags}: exit {code}, expected 2 with '{want}':\n{err}")
+
+
 def case_issue13_tune_interrupt_writes_a_partial_plan(tmp):
     data = make_idx_dir(tmp, n_train=4096, n_test=64)
     plan_path = os.path.join(tmp, "plan.json")

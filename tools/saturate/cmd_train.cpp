@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate train: flags → TrainOptions, then the library trains and this file prints.
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -17,6 +18,9 @@
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
+#include "saturate/dist/data_parallel.h"
+#include "saturate/dist/dist_env.h"
+#include "saturate/dist/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/console_progress.h"
@@ -34,10 +38,13 @@ struct TrainFlags {
   double sample_interval_ms = 1000;
   bool quiet = false;
   bool no_eval = false;
+  std::string backend = "auto";
+  double dist_timeout_s = 300;
 };
 
 void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions& o,
                    const std::string& model, const std::string& data, const std::string& device,
+                   int world,
                    int threads) {
   auto row = [&](const std::string& k, const std::string& v) {
     std::string key = k;
@@ -47,8 +54,15 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
   out << "saturate train: " << model << " on " << data << ", " << device << ", " << threads
       << " threads" << (s.is_interrupted ? " (interrupted)" : "") << "\n";
   row("steps", std::to_string(s.steps) + " (" + format_fixed(s.epochs, 2) + " epochs, batch " +
-                   std::to_string(o.batch_size) + ")");
-  row("samples/s", format_fixed(s.samples_per_s, 1) + " (steady state)");
+                   std::to_string(o.batch_size) +
+                   (world > 1 ? " per rank × " + std::to_string(world) + " ranks = " +
+                                    std::to_string(o.batch_size * world)
+                              : std::string()) +
+                   ")");
+  row("samples/s", world > 1 ? format_fixed(s.samples_per_s * world, 1) + " (steady state, " +
+                                   std::to_string(world) + " ranks in step: " +
+                                   format_fixed(s.samples_per_s, 1) + " on rank 0)"
+                             : format_fixed(s.samples_per_s, 1) + " (steady state)");
   row("step time", format_fixed(s.phases.step_ms, 2) + " ms: data " +
                        format_fixed(s.phases.data_wait_ms, 2) + ", forward " +
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
@@ -96,6 +110,13 @@ int run_train(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "skip the evaluation of the validation and test splits");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
+  app.add_option("--backend", f.backend,
+                 "data parallel (under saturate launch, torchrun or srun): auto (NCCL on CUDA, "
+                 "Gloo on CPU), gloo or nccl")
+      ->capture_default_str();
+  app.add_option("--dist-timeout", f.dist_timeout_s,
+                 "data parallel: seconds to wait for the other ranks (rendezvous, collectives)")
+      ->capture_default_str();
   if (!parse_args(app, args)) return 0;
   if (!rf.config.empty()) {
     const Plan plan = read_plan(rf.config);
@@ -126,12 +147,37 @@ int run_train(const std::vector<std::string>& args) {
   }
   const int threads = recipe.threads;
   const DeviceProbe& probe = recipe.probe;
+  // Data parallel when a launcher says so: each rank trains --batch-size samples of its shard,
+  // gradients averaged, so the global batch is world × --batch-size.
+  const DistEnv dist = dist_env_from_environment();
+  const DistBackend backend = parse_dist_backend(f.backend);
+  SATURATE_CHECK(std::isfinite(f.dist_timeout_s) && f.dist_timeout_s > 0,
+                 "train: --dist-timeout must be a positive number of seconds, got ",
+                 f.dist_timeout_s);
+  c10::Device device = recipe.device;
+  if (dist.is_distributed() && device.is_cuda() && !device.has_index())
+    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
+  std::unique_ptr<DistGroup> group;
+  std::unique_ptr<GradientSync> sync;
+  if (dist.is_distributed()) {
+    group = init_process_group(
+        dist, backend, device,
+        std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
+    sync = make_data_parallel(*group);
+    SATURATE_LOG_INFO("train: data parallel, ", dist.describe(), ", ",
+                      to_string(group->backend()), "; global batch ",
+                      opts.batch_size * dist.world_size, " (", dist.world_size, " × ",
+                      opts.batch_size, ")");
+  }
   TrainingInput input = open_recipe_input(recipe);
-  Loader loader(*input.source, input.loader_options(opts.batch_size, opts.seed, rf.workers,
-                                                    rf.prefetch));
+  LoaderOptions loader_options =
+      input.loader_options(opts.batch_size, opts.seed, rf.workers, rf.prefetch);
+  loader_options.rank = dist.rank;
+  loader_options.world = dist.world_size;
+  Loader loader(*input.source, loader_options);
   const DatasetSplits& splits = input.splits;
   // After the data is in memory: the budget caps what training allocates, not the dataset.
-  auto memory = make_device_memory(recipe.device, memory_limit);
+  auto memory = make_device_memory(device, memory_limit);
 
   seed_everything(opts.seed);
   auto model = make_model(rf.model, {input.sample_shape, input.num_classes});
@@ -143,7 +189,7 @@ int run_train(const std::vector<std::string>& args) {
                         ? "; " + std::to_string(splits.validation.size()) + " held out for validation"
                         : std::string());
 
-  Trainer trainer(*model, opts, recipe.device, memory.get());
+  Trainer trainer(*model, opts, device, memory.get(), sync.get());
   std::optional<SampledSink> sampled;
   TelemetrySink* sink = &sinks;
   if (sampler) {
@@ -153,10 +199,13 @@ int run_train(const std::vector<std::string>& args) {
   }
   const TrainSummary s = trainer.fit(loader, splits, sink, &g_interrupted);
   if (sampler) sampler->stop();
-  const std::string device = recipe.device.str();
-  print_summary(std::cout, s, opts, model->name(), rf.data, device, threads);
+  const std::string device_name = device.str();
+  // One summary for the job: rank 0's (every rank holds the same weights).
+  const bool reports = dist.rank == 0;
+  if (reports) print_summary(std::cout, s, opts, model->name(), rf.data, device_name,
+                             dist.world_size, threads);
 
-  if (!f.summary_json.empty()) {
+  if (reports && !f.summary_json.empty()) {
     nlohmann::json j;
     j["schema_version"] = 1;
     j["model"] = model->name();
@@ -168,9 +217,13 @@ int run_train(const std::vector<std::string>& args) {
                    {"cache_hit_rate", ls.cache_hit_rate()},
                    {"worker_busy_s", ls.worker_busy_s},
                    {"wait_s", ls.wait_s}};
-    j["device"] = device;
+    j["device"] = device_name;
     j["threads"] = threads;
     j["batch_size"] = opts.batch_size;
+    j["world_size"] = dist.world_size;
+    j["global_batch_size"] = opts.batch_size * dist.world_size;
+    // Ranks step together (each waits for the all-reduce), so the job makes world × rank 0's.
+    j["job_samples_per_s"] = s.samples_per_s * dist.world_size;
     j["optimizer"] = to_string(opts.optimizer);
     j["lr"] = opts.lr;
     j["schedule"] = to_string(opts.schedule);
@@ -203,7 +256,7 @@ int run_train(const std::vector<std::string>& args) {
                       {"optimizer", s.phases.optimizer_ms},
                       {"other", s.phases.other_ms},
                       {"step", s.phases.step_ms}};
-    j["context"] = run_context(probe, device);
+    j["context"] = run_context(probe, device_name);
     write_json_file(f.summary_json, j);
   }
   return static_cast<int>(s.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);

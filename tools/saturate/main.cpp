@@ -80,6 +80,9 @@ int dispatch(int argc, char** argv) {
 int main(int argc, char** argv) {
   using saturate::cli::ExitCode;
   std::signal(SIGINT, saturate::cli::on_sigint);
+  // A data-parallel rank whose peer died must get an error from its socket, not be killed by
+  // SIGPIPE (CPython ignores it, so Python jobs never see this).
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     return saturate::cli::dispatch(argc, argv);
   } catch (const saturate::Error& e) {

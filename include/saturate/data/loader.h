@@ -45,7 +45,7 @@ struct LoaderOptions {
   bool drop_last = false;
   uint64_t seed = 0;
   int rank = 0;   ///< this process's shard…
-  int world = 1;  ///< …of this many
+  int world = 1;  ///< …of this many; each gets ceil(size / world) samples (the order wraps)
   int workers = 0;   ///< threads making batches; 0 makes them on the caller's thread
   int prefetch = 2;  ///< batches made ahead of the consumer (at least 1)
   bool pin_memory = false;  ///< page-locked batch buffers (for asynchronous copies to a GPU)
