@@ -992,6 +992,77 @@ def case_issue15_dist_bad_input(tmp):
             fail(f"{env} {flags}: exit {code}, expected 2 with '{want}':\n{err}")
 
 
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def case_issue15_a_killed_rank_ends_the_job(tmp):
+    # SIGKILL one rank mid-run: the other must not wait for the default 30 minutes. Started by
+    # hand (the launcher's variables only) and under torchrun.
+    data = make_idx_dir(tmp, n_train=512, n_test=64)
+    cmd = [ARGS.saturate, "train", "--data", "idx:" + data, "--model", "mlp", "--steps", "100000",
+           "--batch-size", "16", "--threads", "1", "--no-eval", "-q", "--dist-timeout", "20"]
+    port = free_port()
+    procs = []
+    try:
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        time.sleep(4)  # well into training
+        if procs[0].poll() is not None:
+            fail(f"rank 0 ended before the kill: {procs[0].communicate()}")
+        procs[1].kill()
+        t0 = time.time()
+        try:
+            _, err = procs[0].communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("rank 0 still runs 30 s after its peer was killed")
+        took = time.time() - t0
+        errors = [l for l in err.splitlines() if l.startswith("saturate: error: ")]
+        if procs[0].returncode == 0 or len(errors) != 1 or "a collective failed" not in errors[0]:
+            fail(f"rank 0: exit {procs[0].returncode} after the kill, expected non-zero and one "
+                 f"error line:\n{err}")
+        print(f"by hand: rank 0 exited {procs[0].returncode} {took:.1f} s after the kill: "
+              f"{errors[0]}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    # Under torchrun: its agent sees the dead worker, stops the other and names the rank.
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--no-python",
+                          "--standalone", "--nproc-per-node", "2", *cmd],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        time.sleep(6)
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        workers = [k for k in kids if "train" in open(f"/proc/{k}/cmdline").read()]
+        if len(workers) != 2:
+            fail(f"torchrun's workers: {workers} (children {kids})")
+        env1 = open(f"/proc/{workers[1]}/environ").read().split("\0")
+        local = [e for e in env1 if e.startswith("LOCAL_RANK=")][0].split("=")[1]
+        os.kill(int(workers[1]), signal.SIGKILL)
+        t0 = time.time()
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("torchrun still runs 30 s after a worker was killed")
+        if p.returncode == 0 or f"local_rank: {local}" not in err or "-9" not in err:
+            fail(f"torchrun exit {p.returncode}, expected non-zero naming local_rank {local}:\n{err[-3000:]}")
+        print(f"torchrun: exited {p.returncode} {time.time() - t0:.1f} s after the kill")
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 def case_issue13_tune_interrupt_writes_a_partial_plan(tmp):
     data = make_idx_dir(tmp, n_train=4096, n_test=64)
     plan_path = os.path.join(tmp, "plan.json")

@@ -197,7 +197,20 @@ int run_train(const std::vector<std::string>& args) {
     sampled.emplace(*sampler, sinks);
     sink = &*sampled;
   }
-  const TrainSummary s = trainer.fit(loader, splits, sink, &g_interrupted);
+  TrainSummary s;
+  try {
+    s = trainer.fit(loader, splits, sink, &g_interrupted);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!dist.is_distributed()) throw;
+    // A collective that fails mid-run is almost always another rank that died or hung; its
+    // own output (or the launcher's) says why.
+    const std::string what = e.what();
+    throw std::runtime_error("train: " + dist.describe() + ": a collective failed, another "
+                             "rank has probably stopped (" + what.substr(0, what.find('\n')) +
+                             ")");
+  }
   if (sampler) sampler->stop();
   const std::string device_name = device.str();
   // One summary for the job: rank 0's (every rank holds the same weights).
