@@ -111,7 +111,7 @@ int run_train(const std::vector<std::string>& args) {
   app.add_flag("--no-eval", f.no_eval, "skip the evaluation of the validation and test splits");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
   app.add_option("--backend", f.backend,
-                 "data parallel (under saturate launch, torchrun or srun): auto (NCCL on CUDA, "
+                 "data parallel (under torchrun or srun): auto (NCCL on CUDA, "
                  "Gloo on CPU), gloo or nccl")
       ->capture_default_str();
   app.add_option("--dist-timeout", f.dist_timeout_s,
