@@ -70,7 +70,7 @@ DistEnv dist_env_from(const std::function<const char*(const char*)>& get) {
   const std::optional<int> slurm_world = int_of(get, "SLURM_NTASKS");
   SATURATE_CHECK(rank.has_value() == world.has_value(), "dist: ",
                  world ? "WORLD_SIZE is set without RANK" : "RANK is set without WORLD_SIZE",
-                 "; a launcher sets both (saturate launch, torchrun, srun)");
+                 "; a launcher sets both (torchrun, srun)");
   if (rank) {
     e.launcher = "torchrun";
     e.rank = *rank;

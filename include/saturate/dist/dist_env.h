@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where this process sits in a data-parallel job, read from the environment that launchers set:
-// torchrun (and `saturate launch`, which keeps its contract) or SLURM's srun. A process started
+// torchrun (or anything that keeps its contract) or SLURM's srun. A process started
 // by hand with none of it is rank 0 of a world of 1.
 //
 //   const DistEnv env = dist_env_from_environment();

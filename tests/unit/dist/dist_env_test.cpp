@@ -95,11 +95,9 @@ TEST(DistEnv, EachBadValueIsAnErrorNamingIt) {
     return e;
   };
   EXPECT_EQ(error_of(with({{"WORLD_SIZE", "2"}})),
-            "dist: WORLD_SIZE is set without RANK; a launcher sets both (saturate launch, "
-            "torchrun, srun)");
+            "dist: WORLD_SIZE is set without RANK; a launcher sets both (torchrun, srun)");
   EXPECT_EQ(error_of(with({{"RANK", "0"}})),
-            "dist: RANK is set without WORLD_SIZE; a launcher sets both (saturate launch, "
-            "torchrun, srun)");
+            "dist: RANK is set without WORLD_SIZE; a launcher sets both (torchrun, srun)");
   EXPECT_EQ(error_of(with({{"RANK", "2"}, {"WORLD_SIZE", "2"}})),
             "dist: RANK 2 is outside [0, 2) for WORLD_SIZE 2");
   EXPECT_EQ(error_of(with({{"RANK", "-1"}, {"WORLD_SIZE", "2"}})),
