@@ -22,6 +22,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_vs_pytorch as svp  # noqa: E402  (its models and data)
 
+COMM_SHARE = {}  # (ranks, threads) -> communication / step time, per saturate run
+
 
 def ddp_worker(args):
     import numpy as np
@@ -85,7 +87,10 @@ def run_saturate(args, data_dir, nproc, threads, batch, seed):
         else:
             torchrun(nproc, ["--no-python", *cmd], threads)
         with open(summary) as f:
-            return json.load(f)["job_samples_per_s"]
+            j = json.load(f)
+        ph = j["phases_ms"]
+        COMM_SHARE.setdefault((nproc, threads), []).append(ph["communication"] / ph["step"])
+        return j["job_samples_per_s"]
 
 
 def run_ddp(args, data_dir, nproc, threads, batch, seed):
@@ -138,6 +143,10 @@ def main():
             print(f"  {name:32} {statistics.median(v):9.1f}  ({', '.join(f'{x:.1f}' for x in v)})")
         print(f"  saturate / python DDP at 2 ranks: {statistics.median(ratio):.3f} "
               f"({min(ratio):.3f}-{max(ratio):.3f})")
+        share = COMM_SHARE.get((2, 1), [])
+        if share:
+            print(f"  saturate 2 ranks: communication not overlapped with backward "
+                  f"{100 * statistics.median(share):.1f}% of the step (rank 0)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/dist/data_parallel.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,6 +20,52 @@ namespace {
 
 // Broadcasts from rank 0 in one coalesced buffer per ~250 MiB, as DDP does at construction.
 constexpr size_t kBroadcastBufferBytes = size_t{250} << 20;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// When the buckets of one backward were handed over and when their all-reduces completed:
+// the last hand-over is when backward's compute ended (every gradient was ready), so what
+// completes after it is communication that did not overlap compute.
+struct CommClock {
+  std::atomic<int64_t> last_launch_ns{0};
+  std::atomic<int64_t> last_done_ns{0};
+};
+
+// DDP's all-reduce hook (average: divide, then sum), timed.
+class TimedAllReduce final : public c10d::CommHookInterface {
+ public:
+  TimedAllReduce(c10::intrusive_ptr<c10d::ProcessGroup> group, std::shared_ptr<CommClock> clock)
+      : group_(std::move(group)), clock_(std::move(clock)) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    clock_->last_launch_ns.store(now_ns());
+    std::vector<at::Tensor> tensors = {bucket.getBufferRef()};
+    tensors[0].div_(group_->getSize());  // before the sum: no overflow in half precision
+    auto done = group_->allreduce(tensors)->getFuture();
+    std::shared_ptr<CommClock> clock = clock_;
+    return done->then(
+        [clock](c10::ivalue::Future& f) {
+          const int64_t t = now_ns();
+          int64_t seen = clock->last_done_ns.load();
+          while (seen < t && !clock->last_done_ns.compare_exchange_weak(seen, t)) {
+          }
+          return f.value();
+        },
+        done->elementType());
+  }
+
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return c10d::detail::parseCppCommHookResult(result);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::shared_ptr<CommClock> clock_;
+};
 
 class ReducerSync final : public GradientSync {
  public:
@@ -51,6 +100,7 @@ class ReducerSync final : public GradientSync {
         std::unordered_map<size_t, std::string>{}, o_.first_bucket_bytes,
         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
         std::vector<int64_t>{});
+    reducer_->register_comm_hook(std::make_unique<TimedAllReduce>(g.group, clock_));
   }
 
   void before_forward(bool sync) override {
@@ -72,11 +122,18 @@ class ReducerSync final : public GradientSync {
 
   int world_size() const override { return group_.world_size(); }
 
+  double take_wait_ms() override {
+    const int64_t launch = clock_->last_launch_ns.exchange(0);
+    const int64_t done = clock_->last_done_ns.exchange(0);
+    return launch > 0 && done > launch ? static_cast<double>(done - launch) / 1e6 : 0.0;
+  }
+
  private:
   DistGroup& group_;
   DataParallelOptions o_;
   std::vector<at::Tensor> params_, buffers_;
   std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<CommClock> clock_ = std::make_shared<CommClock>();
 };
 
 }  // namespace

@@ -147,6 +147,8 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
     if (timer) timer->mark(Phase::kForward);
     if (sync_) sync_->before_backward(last);
     scaler.scale(loss).backward();
+    // Host-timed: on a CPU device the wait is part of the backward just marked.
+    if (sync_ && last && !device_.is_cuda()) r.communication_ms += sync_->take_wait_ms();
     loss_sum += loss.detach();
     if (timer) timer->mark(Phase::kBackward);
   }
@@ -200,12 +202,16 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     StepRecord record;
     at::Tensor loss;
     int64_t ticket;
+    double comm_ms;  // the part of the backward phase that waited for communication
   };
   std::deque<InFlight> in_flight;
   constexpr size_t kMaxInFlight = 3;
   auto complete_front = [&] {
     InFlight& f = in_flight.front();
     timer.read(f.ticket, f.record);
+    const double comm = std::min(f.comm_ms, f.record.backward_ms);
+    f.record.backward_ms -= comm;
+    f.record.communication_ms += comm;
     f.record.loss = f.loss.item<double>();
     records.push_back(f.record);
     in_flight.pop_front();
@@ -267,7 +273,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
     // Allocations happen at enqueue time, so the peak is known now even on CUDA.
     if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
-    in_flight.push_back(InFlight{r, std::move(loss), ticket});
+    in_flight.push_back(InFlight{r, std::move(loss), ticket, r.communication_ms});
     while (!in_flight.empty() &&
            (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
       complete_front();

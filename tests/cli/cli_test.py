@@ -970,6 +970,9 @@ def case_issue15_torchrun_two_ranks_train_as_one_process(tmp):
         b = json.load(f)
     if b["world_size"] != 2 or b["global_batch_size"] != 32 or b["batch_size"] != 16:
         fail(f"summary batch fields: {b}")
+    # The all-reduce wait that did not overlap backward is its own phase, and only with 2 ranks.
+    if not b["phases_ms"]["communication"] > 0 or a["phases_ms"]["communication"] != 0:
+        fail(f"communication phase: 2 ranks {b['phases_ms']}, 1 process {a['phases_ms']}")
     if abs(a["test_loss"] - b["test_loss"]) > 1e-5 * a["test_loss"] or \
             a["test_accuracy"] != b["test_accuracy"]:
         fail(f"2 ranks x 16 vs 1 x 32: test loss {b['test_loss']} vs {a['test_loss']}, accuracy "

@@ -67,7 +67,9 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
                        format_fixed(s.phases.data_wait_ms, 2) + ", forward " +
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
                        format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
-                       format_fixed(s.phases.optimizer_ms, 2));
+                       format_fixed(s.phases.optimizer_ms, 2) +
+                       (world > 1 ? ", communication " + format_fixed(s.phases.communication_ms, 2)
+                                  : std::string()));
   row("precision", to_string(o.precision) +
                        (o.memory_format != MemoryFormat::kContiguous
                             ? ", " + to_string(o.memory_format)
@@ -267,6 +269,7 @@ int run_train(const std::vector<std::string>& args) {
                       {"forward", s.phases.forward_ms},
                       {"backward", s.phases.backward_ms},
                       {"optimizer", s.phases.optimizer_ms},
+                      {"communication", s.phases.communication_ms},
                       {"other", s.phases.other_ms},
                       {"step", s.phases.step_ms}};
     j["context"] = run_context(probe, device_name);

@@ -24,6 +24,9 @@ class GradientSync {
   virtual void before_backward(bool sync) = 0;
   /// Processes whose gradients are averaged (1: none).
   virtual int world_size() const = 0;
+  /// Host milliseconds the last synchronised backward waited for gradient communication after
+  /// its own compute was done (the part that did not overlap), then 0 until the next one.
+  virtual double take_wait_ms() { return 0.0; }
 };
 
 }  // namespace saturate
