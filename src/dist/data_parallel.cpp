@@ -121,6 +121,15 @@ class ReducerSync final : public GradientSync {
   }
 
   int world_size() const override { return group_.world_size(); }
+  int rank() const override { return group_.rank(); }
+
+  void sum_across_ranks(std::vector<double>& values) override {
+    if (group_.world_size() == 1 || values.empty()) return;
+    std::vector<at::Tensor> t = {torch::tensor(values, torch::kDouble)};
+    group_.allreduce_sum(t);  // on the CPU backend, whatever the training device
+    const double* p = t[0].data_ptr<double>();
+    values.assign(p, p + values.size());
+  }
 
   double take_wait_ms() override {
     const int64_t launch = clock_->last_launch_ns.exchange(0);

@@ -365,37 +365,59 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
                              double normalize_std) {
   const bool was_training = model_.is_training();
   model_.train(false);
-  // Inference mode: no autograd records and no version counters, less memory than no_grad.
-  c10::InferenceMode inference;
-  BatchIteratorOptions it_opts;
-  it_opts.batch_size = options_.eval_batch_size;
-  it_opts.shuffle = false;
-  it_opts.normalize_mean = normalize_mean;
-  it_opts.normalize_std = normalize_std;
-  BatchIterator batches(data, it_opts);
-  batches.start_epoch(0);
-  EvalResult result;
+  // Data parallel: each rank evaluates every world-th sample (no padding, so no sample counts
+  // twice) and the sums are added up across ranks.
+  const int world = sync_ ? sync_->world_size() : 1;
+  TensorDataset shard = data;
+  if (world > 1 && data.size() > 0) {
+    const at::Tensor idx = torch::arange(sync_->rank(), data.size(), world, torch::kLong);
+    shard.inputs = data.inputs.index_select(0, idx);
+    shard.targets = data.targets.index_select(0, idx);
+  }
   double loss_sum = 0.0;
-  int64_t correct = 0;
-  while (auto batch = batches.next()) {
-    at::Tensor x = layout(batch->inputs.to(device_));
-    at::Tensor y = batch->targets.to(device_);
-    at::Tensor logits;
-    {
-      AutocastScope autocast(options_.precision, device_.type());
-      logits = model_.forward(x).to(at::kFloat);
+  int64_t correct = 0, samples = 0;
+  {
+    // Inference mode: no autograd records and no version counters, less memory than no_grad.
+    c10::InferenceMode inference;
+    BatchIteratorOptions it_opts;
+    it_opts.batch_size = options_.eval_batch_size;
+    it_opts.shuffle = false;
+    it_opts.normalize_mean = normalize_mean;
+    it_opts.normalize_std = normalize_std;
+    BatchIterator batches(shard, it_opts);
+    batches.start_epoch(0);
+    while (shard.size() > 0) {
+      auto batch = batches.next();
+      if (!batch) break;
+      at::Tensor x = layout(batch->inputs.to(device_));
+      at::Tensor y = batch->targets.to(device_);
+      at::Tensor logits;
+      {
+        AutocastScope autocast(options_.precision, device_.type());
+        logits = model_.forward(x).to(at::kFloat);
+      }
+      loss_sum += torch::nn::functional::cross_entropy(
+                      logits, y,
+                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .item<double>();
+      correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+      samples += batch->size;
     }
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, y,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-    result.samples += batch->size;
+  }
+  if (world > 1) {
+    std::vector<double> sums = {loss_sum, static_cast<double>(correct),
+                                static_cast<double>(samples)};
+    sync_->sum_across_ranks(sums);
+    loss_sum = sums[0];
+    correct = static_cast<int64_t>(std::llround(sums[1]));
+    samples = static_cast<int64_t>(std::llround(sums[2]));
   }
   model_.train(was_training);
-  if (result.samples > 0) {
-    result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
-    result.loss = loss_sum / static_cast<double>(result.samples);
+  EvalResult result;
+  result.samples = samples;
+  if (samples > 0) {
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+    result.loss = loss_sum / static_cast<double>(samples);
   }
   return result;
 }

@@ -7,6 +7,8 @@
 //   auto sync = make_data_parallel(*group);          // dist
 //   Trainer trainer(*model, opts, device, memory, sync.get());
 
+#include <vector>
+
 namespace saturate {
 
 class Model;
@@ -22,8 +24,11 @@ class GradientSync {
   virtual void before_forward(bool sync) = 0;
   /// After that forward, before its backward.
   virtual void before_backward(bool sync) = 0;
-  /// Processes whose gradients are averaged (1: none).
+  /// Processes whose gradients are averaged (1: none), and this one's place among them.
   virtual int world_size() const = 0;
+  virtual int rank() const { return 0; }
+  /// Element-wise sums over the ranks, in place (evaluation metrics of each rank's shard).
+  virtual void sum_across_ranks(std::vector<double>& values) { (void)values; }
   /// Host milliseconds the last synchronised backward waited for gradient communication after
   /// its own compute was done (the part that did not overlap), then 0 until the next one.
   virtual double take_wait_ms() { return 0.0; }

@@ -15,6 +15,7 @@
 #include "saturate/models/model.h"
 #include "saturate/telemetry/phase_timer.h"
 #include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/train/gradient_sync.h"
 #include "testing/pattern_dataset.h"
 #include "testing/temp_dir.h"
 
@@ -506,6 +507,57 @@ TEST(Trainer, Issue14_AModelWrittenForNchwFailsInChannelsLast) {
               std::string::npos) << what;
     EXPECT_NE(what.find("use --memory-format contiguous"), std::string::npos) << what;
   }
+}
+
+}  // namespace saturate
+
+namespace saturate {
+namespace {
+
+// One rank of a pretend data-parallel job: sum_across_ranks adds what the other rank reported.
+class FakeRankSync : public GradientSync {
+ public:
+  FakeRankSync(int rank, std::vector<double> other) : rank_(rank), other_(std::move(other)) {}
+  void attach(Model&) override {}
+  void before_forward(bool) override {}
+  void before_backward(bool) override {}
+  int world_size() const override { return 2; }
+  int rank() const override { return rank_; }
+  void sum_across_ranks(std::vector<double>& values) override {
+    mine = values;
+    for (size_t i = 0; i < values.size() && i < other_.size(); ++i) values[i] += other_[i];
+  }
+  std::vector<double> mine;  // this rank's own sums (loss, correct, samples)
+
+ private:
+  int rank_;
+  std::vector<double> other_;
+};
+
+}  // namespace
+
+// Issue 15: under data parallel each rank evaluates its shard (every world-th sample, none
+// twice) and the sums add up to one process's evaluation of the whole split.
+TEST(Trainer, Issue15_ShardedEvaluationAddsUpToTheWholeSplit) {
+  const auto data = testing::make_pattern_splits(64, 65);  // an odd split: shards of 33 and 32
+  seed_everything(2);
+  auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
+  TrainOptions o = small_run(1);
+  o.eval_batch_size = 16;
+  const EvalResult whole =
+      Trainer(*model, o, c10::Device("cpu")).evaluate(data.test, data.normalize_mean, data.normalize_std);
+  FakeRankSync rank0(0, {0, 0, 0});
+  Trainer(*model, o, c10::Device("cpu"), nullptr, &rank0)
+      .evaluate(data.test, data.normalize_mean, data.normalize_std);
+  ASSERT_EQ(rank0.mine.size(), 3u);
+  EXPECT_EQ(rank0.mine[2], 33);
+  FakeRankSync rank1(1, rank0.mine);
+  const EvalResult both = Trainer(*model, o, c10::Device("cpu"), nullptr, &rank1)
+                              .evaluate(data.test, data.normalize_mean, data.normalize_std);
+  EXPECT_EQ(rank1.mine[2], 32);
+  EXPECT_EQ(both.samples, 65);
+  EXPECT_DOUBLE_EQ(both.accuracy, whole.accuracy);
+  EXPECT_NEAR(both.loss, whole.loss, 1e-6 * std::max(1.0, whole.loss));
 }
 
 }  // namespace saturate
