@@ -49,6 +49,13 @@ Shares phase_shares(const RunFacts& f) {
   s.backward = bwd * k;
   s.optimizer = opt * k;
   s.communication = comm * k;
+  // What this rank waited beyond the slowest rank's wait was waiting for that rank (the
+  // rank-skew rule's business), not for the network.
+  if (f.rank_communication_ms.size() > 1) {
+    const double least =
+        *std::min_element(f.rank_communication_ms.begin(), f.rank_communication_ms.end());
+    s.communication = std::min(s.communication, 100.0 * least / s.step_ms);
+  }
   s.other = other * k;
   return s;
 }

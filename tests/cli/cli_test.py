@@ -1066,6 +1066,53 @@ def case_issue15_a_killed_rank_ends_the_job(tmp):
         p.wait()
 
 
+def case_issue15_profile_names_the_slow_rank(tmp):
+    # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
+    # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows
+    # both ranks and the rank-skew finding with the measured numbers.
+    port = free_port()
+    procs = []
+    try:
+        for r in range(2):
+            data = "synthetic:1,28,28,10,4096" + (",400" if r == 1 else "")
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen(
+                [ARGS.saturate, "profile", "--model", "fmnist-cnn", "--data", data, "--steps",
+                 "24", "--batch-size", "32", "--threads", "1", "--dist-timeout", "60", "--json"],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True))
+        outs = [p.communicate(timeout=150) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    for r, p in enumerate(procs):
+        if p.returncode != 0:
+            fail(f"rank {r}: exit {p.returncode}\n{outs[r][1]}")
+    if outs[1][0].strip():
+        fail(f"rank 1 printed a report too:\n{outs[1][0]}")
+    j = json.loads(outs[0][0])
+    if j["world_size"] != 2 or len(j["ranks"]) != 2:
+        fail(f"profile ranks: {j.get('ranks')}")
+    busy = [r["busy_ms"] for r in j["ranks"]]
+    if not busy[1] > 1.1 * busy[0] or not j["ranks"][1]["data_wait_ms"] > 5:
+        fail(f"rank 1 should be the slow one: {j['ranks']}")
+    skew = [f for f in j["findings"] if f["rule"] == "rank-skew"]
+    if not skew or "rank 1" not in skew[0]["title"]:
+        fail(f"no rank-skew finding naming rank 1: {j['findings']}")
+    # Rank 0's wait is mostly for rank 1; only rank 1's own wait (the transfer) may count as
+    # communication in the findings.
+    step = j["step_ms"]
+    for f in j["findings"]:
+        if f["rule"] == "communication-heavy":
+            share = [e["value"] for e in f["evidence"] if e["name"] == "communication_share"][0]
+            if share > 100 * j["ranks"][1]["communication_ms"] / step + 0.5:
+                fail(f"waiting for the slow rank was blamed on communication: {share:.1f}% vs "
+                     f"ranks {j['ranks']}")
+
+
 def case_issue13_tune_interrupt_writes_a_partial_plan(tmp):
     data = make_idx_dir(tmp, n_train=4096, n_test=64)
     plan_path = os.path.join(tmp, "plan.json")

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate profile: run N training steps of a config and show where each step's time goes.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <sstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -139,15 +141,16 @@ int run_profile(const std::vector<std::string>& args) {
 
   const int threads = recipe.threads;
   const DeviceProbe& probe = recipe.probe;
+  DataParallelRun dp = join_data_parallel(rf, recipe, "profile");
   TrainingInput input = open_recipe_input(recipe);
-  Loader loader(*input.source,
-                input.loader_options(opts.batch_size, opts.seed, rf.workers, rf.prefetch));
+  Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
+                                                                   rf.workers, rf.prefetch)));
   const DatasetSplits& data = input.splits;
   if (loader_only) return profile_loader(loader, data_spec, opts.steps, threads, as_json);
-  auto memory = make_device_memory(recipe.device, memory_limit);
+  auto memory = make_device_memory(dp.device, memory_limit);
   seed_everything(opts.seed);
   auto model = make_model(rf.model, {input.sample_shape, input.num_classes});
-  Trainer trainer(*model, opts, recipe.device, memory.get());
+  Trainer trainer(*model, opts, dp.device, memory.get(), dp.sync.get());
   DeviceSampler sampler(sampler_options);
   // Readings at both ends bracket the run, so even a run shorter than one interval has an
   // energy difference and a CPU utilisation.
@@ -163,9 +166,18 @@ int run_profile(const std::vector<std::string>& args) {
       steady_throughput(records.records(), opts.timing_warmup_steps, window_steps);
 
   const PhaseBreakdown& p = summary.phases;
-  const Phase phases[] = {{"data_wait", p.data_wait_ms}, {"host_to_device", p.host_to_device_ms},
-                          {"forward", p.forward_ms},     {"backward", p.backward_ms},
-                          {"optimizer", p.optimizer_ms}, {"other", p.other_ms}};
+  const Phase phases[] = {{"data_wait", p.data_wait_ms},        {"host_to_device", p.host_to_device_ms},
+                          {"forward", p.forward_ms},            {"backward", p.backward_ms},
+                          {"optimizer", p.optimizer_ms},        {"communication", p.communication_ms},
+                          {"other", p.other_ms}};
+  // Data parallel: ranks step in lockstep (the all-reduce waits for the slowest), so a slow
+  // rank shows as the others' communication wait. Each rank's busy time per step (the step
+  // less that wait) is what tells them apart; rank 0 gathers them all.
+  const std::vector<double> mine = {p.step_ms, p.step_ms - p.communication_ms,
+                                    p.communication_ms, p.data_wait_ms};
+  const std::vector<std::vector<double>> per_rank =
+      dp.group ? dp.group->allgather(mine) : std::vector<std::vector<double>>{mine};
+  if (dp.env.rank != 0) return static_cast<int>(ExitCode::kOk);  // rank 0 reports the job
   // Training FLOPs ≈ 3 × forward (backward computes gradients for inputs and weights).
   const double train_flops = 3.0 * static_cast<double>(model->forward_flops_per_sample());
   const double achieved_flops = train_flops * tp.samples_per_s;
@@ -189,6 +201,12 @@ int run_profile(const std::vector<std::string>& args) {
   facts.gpu_util_pct = device_samples.gpu_util_pct;
   facts.cpu_util_pct = device_samples.cpu_util_pct;
   facts.throttle_reasons = device_samples.throttle_reasons;
+  if (per_rank.size() > 1) {
+    for (const auto& r : per_rank) {
+      facts.rank_step_ms.push_back(r[1]);
+      facts.rank_communication_ms.push_back(r[2]);
+    }
+  }
   // What a page fault costs here prices the faults the steady steps took (allocation churn).
   const PageFaultCost fault_cost = measure_page_fault_cost();
   facts.page_fault_us = fault_cost.faults > 0 ? fault_cost.us_per_fault : -1.0;
@@ -238,6 +256,14 @@ int run_profile(const std::vector<std::string>& args) {
         {"cpu_cache_allocations", cache.num_allocations},
         {"cpu_system_allocations", cache.num_system_allocations},
         {"cpu_cached_bytes", cache.cached_bytes}};
+    j["world_size"] = static_cast<int64_t>(per_rank.size());
+    if (per_rank.size() > 1) {
+      nlohmann::json ranks = nlohmann::json::array();
+      for (size_t r = 0; r < per_rank.size(); ++r)
+        ranks.push_back({{"rank", r}, {"step_ms", per_rank[r][0]}, {"busy_ms", per_rank[r][1]},
+                         {"communication_ms", per_rank[r][2]}, {"data_wait_ms", per_rank[r][3]}});
+      j["ranks"] = ranks;
+    }
     j["findings"] = findings_to_json(findings);
     j["context"] = run_context(probe, device);
     j["workers"] = rf.workers;
@@ -257,6 +283,7 @@ int run_profile(const std::vector<std::string>& args) {
     std::cout << "  step          " << format_fixed(p.step_ms, 2) << " ms\n";
     std::cout << "  phase                     ms   share\n";
     for (const auto& ph : phases) {
+      if (std::string(ph.name) == "communication" && per_rank.size() == 1) continue;
       std::string name = ph.name;
       name.resize(16, ' ');
       std::string ms = format_fixed(ph.ms, 2);
@@ -265,6 +292,28 @@ int run_profile(const std::vector<std::string>& args) {
           format_fixed(p.step_ms > 0 ? 100.0 * ph.ms / p.step_ms : 0.0, 1) + "%";
       share.insert(0, share.size() < 7 ? 7 - share.size() : 0, ' ');
       std::cout << "    " << name << ms << " " << share << "\n";
+    }
+    if (per_rank.size() > 1) {
+      // The slowest rank is the one that waits least: the others wait for it.
+      double fastest = per_rank[0][1];
+      for (const auto& r : per_rank) fastest = std::min(fastest, r[1]);
+      std::cout << "  ranks (" << per_rank.size() << ", global batch "
+                << opts.batch_size * static_cast<int64_t>(per_rank.size())
+                << ")  busy ms   comm ms   data ms   vs fastest\n";
+      for (size_t r = 0; r < per_rank.size(); ++r) {
+        std::ostringstream row;
+        row << "    rank " << r;
+        std::string head = row.str();
+        head.resize(20, ' ');
+        auto col = [](double v) {
+          std::string x = format_fixed(v, 2);
+          x.insert(0, x.size() < 10 ? 10 - x.size() : 0, ' ');
+          return x;
+        };
+        std::cout << head << col(per_rank[r][1]) << col(per_rank[r][2]) << col(per_rank[r][3])
+                  << "   +" << format_fixed(100.0 * (per_rank[r][1] / fastest - 1.0), 1)
+                  << "%\n";
+      }
     }
     if (train_flops > 0) {
       std::cout << "  compute       " << format_fixed(train_flops / 1e6, 1)

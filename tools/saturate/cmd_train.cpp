@@ -18,9 +18,6 @@
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
-#include "saturate/dist/data_parallel.h"
-#include "saturate/dist/dist_env.h"
-#include "saturate/dist/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/console_progress.h"
@@ -38,8 +35,6 @@ struct TrainFlags {
   double sample_interval_ms = 1000;
   bool quiet = false;
   bool no_eval = false;
-  std::string backend = "auto";
-  double dist_timeout_s = 300;
 };
 
 void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions& o,
@@ -112,13 +107,6 @@ int run_train(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "skip the evaluation of the validation and test splits");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
-  app.add_option("--backend", f.backend,
-                 "data parallel (under torchrun or srun): auto (NCCL on CUDA, "
-                 "Gloo on CPU), gloo or nccl")
-      ->capture_default_str();
-  app.add_option("--dist-timeout", f.dist_timeout_s,
-                 "data parallel: seconds to wait for the other ranks (rendezvous, collectives)")
-      ->capture_default_str();
   if (!parse_args(app, args)) return 0;
   if (!rf.config.empty()) {
     const Plan plan = read_plan(rf.config);
@@ -151,32 +139,12 @@ int run_train(const std::vector<std::string>& args) {
   const DeviceProbe& probe = recipe.probe;
   // Data parallel when a launcher says so: each rank trains --batch-size samples of its shard,
   // gradients averaged, so the global batch is world × --batch-size.
-  const DistEnv dist = dist_env_from_environment();
-  const DistBackend backend = parse_dist_backend(f.backend);
-  SATURATE_CHECK(std::isfinite(f.dist_timeout_s) && f.dist_timeout_s > 0,
-                 "train: --dist-timeout must be a positive number of seconds, got ",
-                 f.dist_timeout_s);
-  c10::Device device = recipe.device;
-  if (dist.is_distributed() && device.is_cuda() && !device.has_index())
-    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
-  std::unique_ptr<DistGroup> group;
-  std::unique_ptr<GradientSync> sync;
-  if (dist.is_distributed()) {
-    group = init_process_group(
-        dist, backend, device,
-        std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
-    sync = make_data_parallel(*group);
-    SATURATE_LOG_INFO("train: data parallel, ", dist.describe(), ", ",
-                      to_string(group->backend()), "; global batch ",
-                      opts.batch_size * dist.world_size, " (", dist.world_size, " × ",
-                      opts.batch_size, ")");
-  }
+  DataParallelRun dp = join_data_parallel(rf, recipe, "train");
+  const DistEnv& dist = dp.env;
+  const c10::Device device = dp.device;
   TrainingInput input = open_recipe_input(recipe);
-  LoaderOptions loader_options =
-      input.loader_options(opts.batch_size, opts.seed, rf.workers, rf.prefetch);
-  loader_options.rank = dist.rank;
-  loader_options.world = dist.world_size;
-  Loader loader(*input.source, loader_options);
+  Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
+                                                                   rf.workers, rf.prefetch)));
   const DatasetSplits& splits = input.splits;
   // After the data is in memory: the budget caps what training allocates, not the dataset.
   auto memory = make_device_memory(device, memory_limit);
@@ -191,7 +159,7 @@ int run_train(const std::vector<std::string>& args) {
                         ? "; " + std::to_string(splits.validation.size()) + " held out for validation"
                         : std::string());
 
-  Trainer trainer(*model, opts, device, memory.get(), sync.get());
+  Trainer trainer(*model, opts, device, memory.get(), dp.sync.get());
   std::optional<SampledSink> sampled;
   TelemetrySink* sink = &sinks;
   if (sampler) {

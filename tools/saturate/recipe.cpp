@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "recipe.h"
 
+#include <chrono>
+#include <cmath>
+
 #include <CLI/CLI.hpp>
 
 #include "command.h"
@@ -10,6 +13,7 @@
 #include "saturate/core/units.h"
 #include "saturate/device/device_spec.h"
 #include "saturate/device/threads.h"
+#include "saturate/dist/data_parallel.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/tuner.h"
 
@@ -93,6 +97,16 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "evaluate the validation split every N steps as well as at the end; 0 = at "
                  "the end")
       ->capture_default_str();
+  if (use != RecipeUse::kTune) {
+    app.add_option("--backend", f.backend,
+                   "data parallel (under torchrun or srun): auto (NCCL on CUDA, Gloo on CPU), "
+                   "gloo or nccl")
+        ->capture_default_str();
+    app.add_option("--dist-timeout", f.dist_timeout_s,
+                   "data parallel: seconds to wait for the other ranks (rendezvous, "
+                   "collectives)")
+        ->capture_default_str();
+  }
 }
 
 void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f) {
@@ -205,6 +219,35 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
 TrainingInput open_recipe_input(const Recipe& r) {
   const int cuda = r.device.is_cuda() ? (r.device.has_index() ? r.device.index() : 0) : -1;
   return open_training_input(r.input, cuda);
+}
+
+DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
+                                   const char* command) {
+  DataParallelRun run;
+  run.env = dist_env_from_environment();
+  run.device = recipe.device;
+  const DistBackend backend = parse_dist_backend(f.backend);
+  SATURATE_CHECK(std::isfinite(f.dist_timeout_s) && f.dist_timeout_s > 0, command,
+                 ": --dist-timeout must be a positive number of seconds, got ", f.dist_timeout_s);
+  if (!run.is_distributed()) return run;
+  // One GPU per rank on its node.
+  if (run.device.is_cuda() && !run.device.has_index())
+    run.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(run.env.local_rank));
+  run.group = init_process_group(
+      run.env, backend, run.device,
+      std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
+  run.sync = make_data_parallel(*run.group);
+  SATURATE_LOG_INFO(command, ": data parallel, ", run.env.describe(), ", ",
+                    to_string(run.group->backend()), "; global batch ",
+                    recipe.train.batch_size * run.env.world_size, " (", run.env.world_size,
+                    " × ", recipe.train.batch_size, ")");
+  return run;
+}
+
+LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader) {
+  loader.rank = run.env.rank;
+  loader.world = run.env.world_size;
+  return loader;
 }
 
 }  // namespace saturate::cli

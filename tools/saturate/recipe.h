@@ -10,8 +10,12 @@
 
 #include <c10/core/Device.h>
 
+#include "saturate/data/loader.h"
 #include "saturate/data/training_input.h"
 #include "saturate/device/probe.h"
+#include "saturate/dist/dist_env.h"
+#include "saturate/dist/process_group.h"
+#include "saturate/train/gradient_sync.h"
 #include "saturate/train/train_options.h"
 
 namespace CLI {
@@ -36,6 +40,8 @@ struct RecipeFlags {
   std::string cache;         ///< a size; empty: no cache
   std::string config;        ///< plan.json from `saturate tune`
   std::string denormals = "flush";  ///< flush | keep
+  std::string backend = "auto";     ///< data parallel: auto | gloo | nccl
+  double dist_timeout_s = 300;      ///< data parallel: rendezvous and collectives
   int threads = 0;
   int workers = 0;
   int prefetch = 2;
@@ -57,6 +63,16 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& flags, RecipeUse use);
 /// micro-batch kept through accumulation) and says so in the log.
 void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& flags);
 
+/// The data-parallel side of a run: the launcher's environment and, when it says there are
+/// several ranks, the joined group and the gradient sync the Trainer takes.
+struct DataParallelRun {
+  DistEnv env;
+  c10::Device device{c10::kCPU};  ///< the recipe's, or cuda:LOCAL_RANK under a launcher
+  std::unique_ptr<DistGroup> group;
+  std::unique_ptr<GradientSync> sync;  ///< null for one process
+  bool is_distributed() const { return env.is_distributed(); }
+};
+
 /// The recipe resolved on this machine.
 struct Recipe {
   c10::Device device{c10::kCPU};
@@ -76,5 +92,12 @@ Recipe resolve_recipe(const RecipeFlags& flags, const char* command);
 /// The input pipeline of the recipe on its device (pinned buffers and side-stream copies for
 /// CUDA): what train, profile and every tune trial read through.
 TrainingInput open_recipe_input(const Recipe& recipe);
+
+/// Joins the data-parallel job the environment describes (torchrun, srun), or returns a run of
+/// one process. Bad variables, --backend or --dist-timeout are exit-2 errors.
+DataParallelRun join_data_parallel(const RecipeFlags& flags, const Recipe& recipe,
+                                   const char* command);
+/// `loader` sharded for the run: this rank's part of each epoch.
+LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader);
 
 }  // namespace saturate::cli

@@ -71,8 +71,13 @@ struct RunFacts {
   double cpu_util_pct = -1;        ///< mean over all cores; -1 unknown
   std::vector<std::string> throttle_reasons;  ///< NVML reasons seen ("thermal", "power_cap", …)
 
-  // Multi-process runs: each rank's median step time (ms); empty for one process.
+  // Multi-process runs: each rank's median step time (ms); empty for one process. Ranks step
+  // in lockstep, so a profile gives each rank's busy time (its step less its wait for the
+  // gradient all-reduce) here, and that wait in rank_communication_ms.
   std::vector<double> rank_step_ms;
+  /// Each rank's mean wait for the all-reduce per step (ms). The slowest rank's (the least)
+  /// is the communication itself; the others' surplus is waiting for that rank.
+  std::vector<double> rank_communication_ms;
 };
 
 /// The thresholds of the rules, each with where it comes from. Tests and users may change them.

@@ -314,6 +314,21 @@ TEST(Diagnose, RankSkew) {
   EXPECT_FALSE(find(diagnose(f), "rank-skew").has_value());
 }
 
+// Issue 15: in lockstep ranks the fast ones wait for the slow one inside the all-reduce. That
+// wait is the rank-skew rule's; only the slowest rank's wait is communication.
+TEST(Diagnose, Issue15_WaitingForASlowRankIsNotCommunication) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {0.2, 0, 2.0, 8.0, 0.5});  // rank 0 waits 8 ms of 40
+  f.rank_step_ms = {32.0, 39.0};                      // busy time: rank 1 is slower
+  f.rank_communication_ms = {8.0, 1.0};               // rank 1 waits 1 ms: the real transfer
+  const std::vector<Finding> found = diagnose(f);
+  EXPECT_FALSE(find(found, "communication-heavy").has_value());
+  ASSERT_TRUE(find(found, "rank-skew").has_value());
+  EXPECT_EQ(evidence(*find(found, "rank-skew"), "slowest_rank"), 1);
+  f.rank_communication_ms = {8.0, 7.0};  // both wait: the network is the cost
+  EXPECT_TRUE(find(diagnose(f), "communication-heavy").has_value());
+}
+
 TEST(Diagnose, ThresholdsCanBeChanged) {
   RunFacts f = healthy_cpu();
   f.steps = steps(20, 40.0, {1.2, 0, 2.0, 0, 0.5});  // 3%
