@@ -993,6 +993,13 @@ def case_issue15_dist_bad_input(tmp):
         errors = [l for l in err.splitlines() if l.startswith("saturate: error: ")]
         if code != 2 or len(errors) != 1 or want not in errors[0]:
             fail(f"{env} {flags}: exit {code}, expected 2 with '{want}':\n{err}")
+    # Under torchrun a failing rank writes TORCHELASTIC_ERROR_FILE: the agent's report shows
+    # saturate's error line as the root cause instead of "<N/A>".
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--no-python", "--standalone",
+                        "--nproc-per-node", "2", ARGS.saturate, *base[:-1], "--backend", "nccl"],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode == 0 or "traceback : saturate: error: dist: --backend nccl" not in p.stderr:
+        fail(f"torchrun did not show the rank's error: exit {p.returncode}\n{p.stderr[-2000:]}")
 
 
 def free_port():

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate: the command-line tool. The one place that catches everything and turns it into a
 // message on stderr and an exit code.
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "saturate/core/build_info.h"
@@ -77,8 +81,34 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 }  // namespace saturate::cli
 
+namespace saturate::cli {
+namespace {
+
+// Under torchrun, a failing worker says why in TORCHELASTIC_ERROR_FILE; the agent prints it as
+// the root cause of the job's failure (a Python worker's traceback goes there; ours is the one
+// error line). Written once, best effort: the exit code and stderr stay the primary report.
+int fail(const char* kind, const std::string& message, ExitCode code) {
+  std::cerr << "saturate: error: " << message << "\n";
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (path != nullptr && *path != '\0') {
+    const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    nlohmann::json j;
+    j["message"] = {{"message", std::string(kind) + ": " + message},
+                    {"extraInfo", {{"py_callstack", "saturate: error: " + message},
+                                   {"timestamp", std::to_string(now)}}}};
+    std::ofstream(path) << j.dump() << "\n";
+  }
+  return static_cast<int>(code);
+}
+
+}  // namespace
+}  // namespace saturate::cli
+
 int main(int argc, char** argv) {
   using saturate::cli::ExitCode;
+  using saturate::cli::fail;
   std::signal(SIGINT, saturate::cli::on_sigint);
   // A data-parallel rank whose peer died must get an error from its socket, not be killed by
   // SIGPIPE (CPython ignores it, so Python jobs never see this).
@@ -86,17 +116,13 @@ int main(int argc, char** argv) {
   try {
     return saturate::cli::dispatch(argc, argv);
   } catch (const saturate::Error& e) {
-    std::cerr << "saturate: error: " << e.what() << "\n";
-    return static_cast<int>(ExitCode::kUsage);
+    return fail("UsageError", e.what(), ExitCode::kUsage);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "saturate: error: " << e.what() << "\n";
-    return static_cast<int>(ExitCode::kUsage);
+    return fail("UsageError", e.what(), ExitCode::kUsage);
   } catch (const c10::Error& e) {
-    std::cerr << "saturate: error: " << saturate::cli::first_line(e.what_without_backtrace())
-              << "\n";
-    return static_cast<int>(ExitCode::kFailure);
+    return fail("RuntimeError", saturate::cli::first_line(e.what_without_backtrace()),
+                ExitCode::kFailure);
   } catch (const std::exception& e) {
-    std::cerr << "saturate: error: " << e.what() << "\n";
-    return static_cast<int>(ExitCode::kFailure);
+    return fail("RuntimeError", e.what(), ExitCode::kFailure);
   }
 }
