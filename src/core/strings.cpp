@@ -48,4 +48,6 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return "; expected one of: " + join(candidates, ", ");
 }
 
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace saturate

@@ -23,8 +23,6 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 
 namespace {
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 std::string where(const DistEnv& env) {
   return env.master_addr + ":" + std::to_string(env.master_port);
 }

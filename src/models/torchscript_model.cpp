@@ -8,11 +8,11 @@
 
 #include "models/sequential_model.h"
 #include "saturate/core/error.h"
+#include "saturate/core/strings.h"
 
 namespace saturate::detail {
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 class TorchScriptModel : public Model {
  public:

@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "saturate/core/strings.h"
 #include "saturate/device/device_memory.h"
 
 namespace saturate {
@@ -20,8 +21,7 @@ ProbeResult probe_once(const std::function<void()>& step, DeviceMemory& memory) 
   } catch (const c10::OutOfMemoryError& e) {
     // Copy what we need and leave: the exception and the unwound step's tensors die here.
     out_of_memory = true;
-    const std::string what = e.what_without_backtrace();
-    result.message = what.substr(0, what.find('\n'));
+    result.message = first_line(e.what_without_backtrace());
   }
   result.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/core/strings.h"
 #include "saturate/data/batch_iterator.h"
 #include "saturate/device/cpu_budget.h"
 #include "saturate/device/device_memory.h"
@@ -53,8 +54,7 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
 std::string error_gist(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
-  if (what.find("Traceback of TorchScript") == std::string::npos)
-    return what.substr(0, what.find('\n'));
+  if (what.find("Traceback of TorchScript") == std::string::npos) return first_line(what);
   while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
   std::string last = what.substr(what.rfind('\n') + 1);  // npos + 1 == 0: the whole message
   const std::string prefix = "RuntimeError: ";

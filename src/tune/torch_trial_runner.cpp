@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/core/strings.h"
 #include "saturate/data/loader.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/models/model.h"
@@ -144,10 +145,8 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
     SATURATE_CHECK(false, "tune: ", model_spec_, " cannot run a training step (", c.describe(),
-                   "): ", what);
+                   "): ", first_line(e.what()));
   }
   TrialOutcome out;
   out.fits = p.outcome == ProbeOutcome::kFits;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "saturate/core/error.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/telemetry/throughput.h"
 
@@ -236,91 +237,66 @@ class Tuner {
   // Precision is compared at the user's batch, or at the largest half of it that fits.
   void precision() {
     if (o_.precisions.empty()) return;
+    compare_setting("precision", &TrainOptions::precision, o_.precisions, /*may_not_run=*/false);
+  }
+
+  // The layout of image activations: the same math in another order, so only speed (and the
+  // peak, which the safety rule checks) decides. Measured at the batch the precision stage used.
+  // A model written for one layout (a view() of a conv output, say) cannot run the other: that
+  // rules the layout out, not the tune.
+  void memory_format() {
+    compare_setting("memory_format", &TrainOptions::memory_format, o_.memory_formats,
+                    /*may_not_run=*/true);
+  }
+
+  // One setting of the step (a precision, a layout) tried at each of `candidates` at the current
+  // batch, or at the largest half of it that fits; the fastest beyond noise is taken. With
+  // `may_not_run`, a candidate whose trial fails (saturate::Error) is reported and skipped.
+  template <typename T>
+  void compare_setting(const std::string& stage, T TrainOptions::*setting,
+                       const std::vector<T>& candidates, bool may_not_run) {
     TrialConfig at = current_;
     TrialOutcome at_out = current_out_;
     while (!at_out.fits && at.train.batch_size > 1) {
       at.train.batch_size /= 2;
-      at_out = measured(at, "precision");
+      at_out = measured(at, stage);
     }
     if (!at_out.fits) return;  // the batch stage reports what fits
     TrialConfig best = at;
     TrialOutcome best_out = at_out;
     std::ostringstream tried;
-    for (Precision p : o_.precisions) {
-      if (p == at.train.precision) continue;
+    for (const T& value : candidates) {
+      if (value == at.train.*setting) continue;
       TrialConfig c = at;
-      c.train.precision = p;
-      const TrialOutcome& out = measured(c, "precision");
-      tried << (tried.tellp() > 0 ? ", " : "") << to_string(p) << " "
-            << (out.fits ? format_fixed(sps(out), 1) + " samples/s" : std::string("out of memory"));
-      if (better(out, best_out)) {
-        best = c;
-        best_out = out;
-      }
-    }
-    const bool changed = best.train.precision != current_.train.precision;
-    std::string why = to_string(at.train.precision) + " " + format_fixed(sps(at_out), 1) +
-                      " samples/s at batch " + std::to_string(at.train.batch_size) + "; " +
-                      tried.str();
-    why += changed ? ": " + to_string(best.train.precision) + " is faster by " +
-                         pct(sps(best_out) / sps(at_out) - 1.0)
-                   : ": kept " + to_string(at.train.precision) +
-                         " (nothing faster by at least " + pct(o_.min_gain) + " beyond noise)";
-    finish_stage("precision", sps(at_out), sps(best_out), changed, why);
-    TrialConfig next = current_;
-    next.train.precision = best.train.precision;
-    if (base_fits_) adopt(next, measured(next, "precision"));
-    else current_ = next;
-  }
-
-  // The layout of image activations: the same math in another order, so only speed (and the
-  // peak, which the safety rule checks) decides. Measured at the batch the precision stage used.
-  void memory_format() {
-    TrialConfig at = current_;
-    TrialOutcome at_out = current_out_;
-    while (!at_out.fits && at.train.batch_size > 1) {
-      at.train.batch_size /= 2;
-      at_out = measured(at, "memory_format");
-    }
-    if (!at_out.fits) return;
-    TrialConfig best = at;
-    TrialOutcome best_out = at_out;
-    std::ostringstream tried;
-    for (MemoryFormat f : o_.memory_formats) {
-      if (f == at.train.memory_format) continue;
-      TrialConfig c = at;
-      c.train.memory_format = f;
-      tried << (tried.tellp() > 0 ? ", " : "") << to_string(f) << " ";
-      // A model written for one layout (a view() of a conv output, say) cannot run the other:
-      // that rules the layout out, not the tune.
-      const TrialOutcome* measured_out = nullptr;
+      c.train.*setting = value;
+      tried << (tried.tellp() > 0 ? ", " : "") << to_string(value) << " ";
+      const TrialOutcome* out = nullptr;
       try {
-        measured_out = &measured(c, "memory_format");
+        out = &measured(c, stage);
       } catch (const Error& e) {
-        std::string what = e.what();
-        tried << "cannot run (" << what.substr(0, what.find('\n')) << ")";
+        if (!may_not_run) throw;
+        tried << "cannot run (" << first_line(e.what()) << ")";
         continue;
       }
-      const TrialOutcome& out = *measured_out;
-      tried << (out.fits ? format_fixed(sps(out), 1) + " samples/s" : std::string("out of memory"));
-      if (better(out, best_out)) {
+      tried << (out->fits ? format_fixed(sps(*out), 1) + " samples/s" : std::string("out of memory"));
+      if (better(*out, best_out)) {
         best = c;
-        best_out = out;
+        best_out = *out;
       }
     }
-    const MemoryFormat was = current_.train.memory_format;
-    const bool changed = best.train.memory_format != was;
-    std::string why = to_string(at.train.memory_format) + " " + format_fixed(sps(at_out), 1) +
-                      " samples/s at batch " + std::to_string(at.train.batch_size) + "; " +
-                      tried.str();
-    why += changed ? ": " + to_string(best.train.memory_format) + " is faster by " +
+    const T& kept = current_.train.*setting;
+    const T& chosen = best.train.*setting;
+    const bool changed = chosen != kept;
+    std::string why = to_string(kept) + " " + format_fixed(sps(at_out), 1) + " samples/s at batch " +
+                      std::to_string(at.train.batch_size) + "; " + tried.str();
+    why += changed ? ": " + to_string(chosen) + " is faster by " +
                          pct(sps(best_out) / sps(at_out) - 1.0)
-                   : ": kept " + to_string(was) + " (nothing faster by at least " +
+                   : ": kept " + to_string(kept) + " (nothing faster by at least " +
                          pct(o_.min_gain) + " beyond noise)";
-    finish_stage("memory_format", sps(at_out), sps(best_out), changed, why);
+    finish_stage(stage, sps(at_out), sps(best_out), changed, why);
     TrialConfig next = current_;
-    next.train.memory_format = best.train.memory_format;
-    if (base_fits_) adopt(next, measured(next, "memory_format"));
+    next.train.*setting = chosen;
+    if (base_fits_) adopt(next, measured(next, stage));
     else current_ = next;
   }
 

@@ -12,6 +12,7 @@
 #include "saturate/data/loader.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/data/dataset.h"
 #include "saturate/device/device_memory.h"
@@ -176,10 +177,8 @@ int run_train(const std::vector<std::string>& args) {
     if (!dist.is_distributed()) throw;
     // A collective that fails mid-run is almost always another rank that died or hung; its
     // own output (or the launcher's) says why.
-    const std::string what = e.what();
     throw std::runtime_error("train: " + dist.describe() + ": a collective failed, another "
-                             "rank has probably stopped (" + what.substr(0, what.find('\n')) +
-                             ")");
+                             "rank has probably stopped (" + first_line(e.what()) + ")");
   }
   if (sampler) sampler->stop();
   const std::string device_name = device.str();

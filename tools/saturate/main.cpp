@@ -42,11 +42,6 @@ void print_help(std::ostream& out) {
   out << "\nRun 'saturate <command> --help' for a command's options.\n";
 }
 
-std::string first_line(const char* text) {
-  std::string s(text);
-  return s.substr(0, s.find('\n'));
-}
-
 int dispatch(int argc, char** argv) {
   if (argc < 2) {
     print_help(std::cerr);
@@ -120,7 +115,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return fail("UsageError", e.what(), ExitCode::kUsage);
   } catch (const c10::Error& e) {
-    return fail("RuntimeError", saturate::cli::first_line(e.what_without_backtrace()),
+    return fail("RuntimeError", saturate::first_line(e.what_without_backtrace()),
                 ExitCode::kFailure);
   } catch (const std::exception& e) {
     return fail("RuntimeError", e.what(), ExitCode::kFailure);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Small string helpers shared by parsers and the CLI: edit distance and "did you mean".
+// Small string helpers shared by parsers and the CLI: edit distance, "did you mean", lines.
 //
 //   auto hint = saturate::did_you_mean("fmnist-cn", {"mlp", "fmnist-cnn"});  // "; did you mean 'fmnist-cnn'?"
 
@@ -21,5 +21,7 @@ std::optional<std::string> closest_match(const std::string& word,
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 /// Joins with `sep`.
 std::string join(const std::vector<std::string>& parts, const std::string& sep);
+/// `text` up to its first newline (error messages carry tracebacks after it).
+std::string first_line(const std::string& text);
 
 }  // namespace saturate
