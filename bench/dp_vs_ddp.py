@@ -26,7 +26,6 @@ COMM_SHARE = {}  # (ranks, threads) -> communication / step time, per saturate r
 
 
 def ddp_worker(args):
-    import numpy as np
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -36,15 +35,8 @@ def ddp_worker(args):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
-    x_all = torch.from_numpy(np.load(os.path.join(args.data_dir, "train_x.npy")))
-    y_all = torch.from_numpy(np.load(os.path.join(args.data_dir, "train_y.npy"))).long()
-    mean = float(x_all[:4096].float().div(255).mean())
-    std = float(x_all[:4096].float().div(255).std())
-    c, h, w = x_all.shape[1:]
-    model = nn.Sequential(
-        nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 128), nn.ReLU(), nn.Linear(128, 10))
+    x_all, y_all, mean, std = svp.load_train(args.data_dir)
+    model = svp.python_model(args.model, *x_all.shape[1:])
     model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     g = torch.Generator().manual_seed(args.seed)
@@ -94,7 +86,8 @@ def run_saturate(args, data_dir, nproc, threads, batch, seed):
 
 
 def run_ddp(args, data_dir, nproc, threads, batch, seed):
-    out = torchrun(nproc, [__file__, "--ddp-worker", "--data-dir", data_dir, "--batch", str(batch),
+    out = torchrun(nproc, [__file__, "--ddp-worker", "--model", args.model, "--data-dir", data_dir,
+                           "--batch", str(batch),
                            "--threads", str(threads), "--seed", str(seed), "--steps",
                            str(args.steps), "--warmup", str(args.warmup), "--lr", str(args.lr)],
                    threads)

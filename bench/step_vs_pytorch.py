@@ -91,21 +91,24 @@ def saturate_order(n, seed, epoch):
 # The Python side: one run in this process (called as a subprocess by the driver below).
 
 
-def python_run(args):
+def load_train(data_dir):
+    """The training arrays and the normalisation both sides use (from the first 4096 images)."""
     import numpy as np
     import torch
+
+    x_all = torch.from_numpy(np.load(os.path.join(data_dir, "train_x.npy")))
+    y_all = torch.from_numpy(np.load(os.path.join(data_dir, "train_y.npy"))).long()
+    mean = float(x_all[:4096].float().div(255).mean())
+    std = float(x_all[:4096].float().div(255).std())
+    return x_all, y_all, mean, std
+
+
+def python_model(name, c, h, w):
+    """The Python twin of saturate's `name` (src/models) for C x H x W inputs."""
     import torch.nn as nn
     import torch.nn.functional as F
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    x_all = torch.from_numpy(np.load(os.path.join(args.data_dir, "train_x.npy")))
-    y_all = torch.from_numpy(np.load(os.path.join(args.data_dir, "train_y.npy"))).long()
-    mean = float(x_all[:4096].float().div(255).mean())
-    std = float(x_all[:4096].float().div(255).std())
-    c, h, w = x_all.shape[1:]
-
-    if args.model == "fmnist-cnn":
+    if name == "fmnist-cnn":
         model = nn.Sequential(
             nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -136,6 +139,17 @@ def python_run(args):
                 cin = width
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10)]
         model = nn.Sequential(*layers)
+    return model
+
+
+def python_run(args):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    x_all, y_all, mean, std = load_train(args.data_dir)
+    model = python_model(args.model, *x_all.shape[1:])
     channels_last = args.python_memory_format == "channels-last"
     if channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -55,20 +55,20 @@ def wait_all(procs, limit_s):
     return out
 
 
-def case_collectives(args):
+def all_ranks_ok(args, mode, ranks, limit_s):
     port = free_port()
-    procs = [start([args.worker, "collectives"], r, 2, port) for r in range(2)]
-    for r, (code, o, e) in enumerate(wait_all(procs, 60)):
+    procs = [start([args.worker, mode], r, ranks, port) for r in range(ranks)]
+    for r, (code, o, e) in enumerate(wait_all(procs, limit_s)):
         if code != 0 or f"rank {r} ok" not in o:
             fail(f"rank {r}: exit {code}\n{o}\n{e}")
+
+
+def case_collectives(args):
+    all_ranks_ok(args, "collectives", 2, 60)
 
 
 def case_equivalence(args):
-    port = free_port()
-    procs = [start([args.worker, "equivalence"], r, 2, port) for r in range(2)]
-    for r, (code, o, e) in enumerate(wait_all(procs, 100)):
-        if code != 0 or f"rank {r} ok" not in o:
-            fail(f"rank {r}: exit {code}\n{o}\n{e}")
+    all_ranks_ok(args, "equivalence", 2, 100)
 
 
 def case_store_unreachable(args):
