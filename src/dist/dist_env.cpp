@@ -72,7 +72,10 @@ DistEnv dist_env_from(const std::function<const char*(const char*)>& get) {
                  world ? "WORLD_SIZE is set without RANK" : "RANK is set without WORLD_SIZE",
                  "; a launcher sets both (torchrun, srun)");
   if (rank) {
-    e.launcher = "torchrun";
+    // saturate launch keeps torchrun's contract and marks its run id.
+    e.launcher = value_of(get, "TORCHELASTIC_RUN_ID").value_or("").rfind("saturate-", 0) == 0
+                     ? "saturate launch"
+                     : "torchrun";
     e.rank = *rank;
     e.world_size = *world;
     e.local_rank = int_of(get, "LOCAL_RANK").value_or(e.rank);

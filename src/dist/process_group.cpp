@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -41,6 +45,26 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options(std::chrono::mi
   if (o->devices.empty()) o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   o->threads = 2 * static_cast<int>(o->devices.size());
   return o;
+}
+
+// This process's machine as far as PIDs go: the boot and the PID namespace ("" when unknown).
+std::string pid_machine() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(boot >> id)) return "";
+  char ns[128];
+  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  return n > 0 ? id + "/" + std::string(ns, static_cast<size_t>(n)) : "";
+}
+
+// Whether `pid` on this machine has ended (gone, or a zombie nobody has reaped yet).
+bool has_exited(long pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
+         line[paren + 2] == 'X';
 }
 
 }  // namespace
@@ -120,6 +144,28 @@ std::vector<std::vector<double>> DistGroup::allgather(const std::vector<double>&
   return result;
 }
 
+std::string DistGroup::exited_peers(std::chrono::milliseconds settle) const {
+  const std::string me = pid_machine();
+  if (me.empty() || impl_->processes.size() != static_cast<size_t>(world_size())) return "";
+  const auto until = std::chrono::steady_clock::now() + settle;
+  for (;;) {
+    std::string gone;
+    int count = 0;
+    for (int r = 0; r < world_size(); ++r) {
+      if (r == rank()) continue;
+      std::istringstream in(impl_->processes[static_cast<size_t>(r)]);
+      std::string machine;
+      long pid = 0;
+      if (!(in >> machine >> pid) || machine != me || !has_exited(pid)) continue;
+      gone += (count++ ? ", " : "") + std::to_string(r) + " (pid " + std::to_string(pid) + ")";
+    }
+    if (count > 0) return (count > 1 ? "ranks " : "rank ") + gone;
+    // A peer killed a moment ago closes its sockets before it is gone from /proc.
+    if (std::chrono::steady_clock::now() >= until) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 void DistGroup::barrier() {
   c10d::BarrierOptions o;
   if (impl_->device.is_cuda()) o.device_ids = {impl_->device.has_index() ? impl_->device.index() : 0};
@@ -187,6 +233,21 @@ std::unique_ptr<DistGroup> init_process_group(const DistEnv& env, DistBackend ba
                    "its peers through the store at ", where(env), " (", first_line(e.what()), ")");
   }
   g->group = group;
+  if (env.is_distributed()) {
+    // Who runs where, so that a failed collective can name a peer that has exited.
+    try {
+      const std::string me = pid_machine() + " " + std::to_string(getpid());
+      g->store->set("process/" + std::to_string(env.rank),
+                    std::vector<uint8_t>(me.begin(), me.end()));
+      for (int r = 0; r < env.world_size; ++r) {
+        const std::vector<uint8_t> v = g->store->get("process/" + std::to_string(r));
+        g->processes.emplace_back(v.begin(), v.end());
+      }
+    } catch (const std::exception& e) {
+      SATURATE_CHECK(false, "dist: rank ", env.rank, " of ", env.world_size, " lost the store at ",
+                     where(env), " while the group formed (", first_line(e.what()), ")");
+    }
+  }
   return std::make_unique<DistGroup>(std::move(g));
 }
 

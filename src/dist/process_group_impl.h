@@ -16,6 +16,8 @@ struct DistGroup::Impl {
   DistBackend backend = DistBackend::kGloo;
   c10::Device device{c10::kCPU};
   std::chrono::milliseconds timeout{0};
+  /// Per rank: "<machine> <pid>", where machine names the boot and PID namespace.
+  std::vector<std::string> processes;
 };
 
 /// Waits for `work` up to the group's timeout; a timeout or a peer's failure becomes a

@@ -222,10 +222,26 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   const TensorDataset& periodic = has_val ? data.validation : data.test;
   const std::string prefix = has_val ? "val_" : "test_";
   const auto run_start = Clock::now();
+  // Under data parallel the ranks stop at the same step (one that stopped alone would leave the
+  // others waiting in their next all-reduce): every few steps they agree on whether any was told
+  // to stop. The signal reaches them at slightly different steps.
+  const bool agree_on_stop = sync_ && sync_->world_size() > 1;
+  constexpr int64_t kAgreeEvery = 8;
   for (int64_t step = 0; step < total; ++step) {
-    if (stop && stop->load()) {
-      summary.is_interrupted = true;
-      break;
+    if (stop) {
+      bool stopping = stop->load();
+      if (agree_on_stop) {
+        stopping = false;
+        if (step % kAgreeEvery == 0) {
+          std::vector<double> votes = {stop->load() ? 1.0 : 0.0};
+          sync_->sum_across_ranks(votes);
+          stopping = votes[0] > 0;
+        }
+      }
+      if (stopping) {
+        summary.is_interrupted = true;
+        break;
+      }
     }
     StepRecord r;
     r.step = step;

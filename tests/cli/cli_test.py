@@ -1035,9 +1035,10 @@ def case_issue15_a_killed_rank_ends_the_job(tmp):
             fail("rank 0 still runs 30 s after its peer was killed")
         took = time.time() - t0
         errors = [l for l in err.splitlines() if l.startswith("saturate: error: ")]
-        if procs[0].returncode == 0 or len(errors) != 1 or "a collective failed" not in errors[0]:
+        named = f"a collective failed, rank 1 (pid {procs[1].pid}) has exited"
+        if procs[0].returncode == 0 or len(errors) != 1 or named not in errors[0]:
             fail(f"rank 0: exit {procs[0].returncode} after the kill, expected non-zero and one "
-                 f"error line:\n{err}")
+                 f"error line with '{named}':\n{err}")
         print(f"by hand: rank 0 exited {procs[0].returncode} {took:.1f} s after the kill: "
               f"{errors[0]}")
     finally:
@@ -1071,6 +1072,118 @@ def case_issue15_a_killed_rank_ends_the_job(tmp):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+    # Under saturate launch: it sees the dead rank, stops the other and names the rank.
+    p = subprocess.Popen([ARGS.saturate, "launch", "--nproc-per-node", "2", "--", *cmd[1:]],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        time.sleep(5)
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        if len(kids) != 2:
+            fail(f"launch's ranks: {kids}")
+        env1 = open(f"/proc/{kids[1]}/environ").read().split("\0")
+        rank = [e for e in env1 if e.startswith("RANK=")][0].split("=")[1]
+        os.kill(int(kids[1]), signal.SIGKILL)
+        t0 = time.time()
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("launch still runs 30 s after a rank was killed")
+        last = err.strip().splitlines()[-1]
+        want = f"saturate: error: launch: rank {rank} of 2 failed first: killed by SIGKILL"
+        if p.returncode != 1 or last != want:
+            fail(f"launch: exit {p.returncode}, expected 1 ending with '{want}':\n{err[-3000:]}")
+        print(f"launch: exited {p.returncode} {time.time() - t0:.1f} s after the kill: {last}")
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def case_issue15_launch_two_ranks(tmp):
+    # saturate launch gives each rank torchrun's variables and prefixes what it prints; a
+    # saturate command after '--' runs this saturate.
+    code, out, err = run("launch", "--nproc-per-node", "2", "--", "sh", "-c",
+                         "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
+                         "$TORCHELASTIC_RESTART_COUNT; echo to-stderr >&2; "
+                         "test -n \"$TORCHELASTIC_ERROR_FILE\" && test -n \"$MASTER_PORT\"")
+    lines = sorted(out.splitlines())
+    if code != 0 or lines != ["[rank 0] 0 2 0 2 127.0.0.1 0", "[rank 1] 1 2 1 2 127.0.0.1 0"]:
+        fail(f"launch sh: exit {code}, stdout {lines}\n{err}")
+    if "[rank 0] to-stderr" not in err or "[rank 1] to-stderr" not in err:
+        fail(f"the ranks' stderr is not relayed with a prefix:\n{err}")
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("launch", "--nproc-per-node", "2", "--", "train", "--data", "idx:" + data,
+                         "--model", "mlp", "--steps", "6", "--batch-size", "16", "-q",
+                         "--summary-json", summary, timeout=180)
+    if code != 0 or "[rank 0] saturate train: mlp" not in out:
+        fail(f"launch train: exit {code}\n{out}\n{err}")
+    if "saturate launch, gloo; global batch 32 (2 × 16)" not in err:
+        fail(f"the ranks do not say they run under saturate launch:\n{err}")
+    with open(summary) as f:
+        s = json.load(f)
+    # 2 ranks on this machine's cores share them: 1 thread each on 2 cores, never 2 each.
+    import multiprocessing
+    want_threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    if s["world_size"] != 2 or s["global_batch_size"] != 32 or s["threads"] != want_threads:
+        fail(f"summary: world {s['world_size']}, global batch {s['global_batch_size']}, threads "
+             f"{s['threads']} (expected {want_threads})")
+
+
+def case_issue15_launch_bad_input(tmp):
+    expect_usage_error(["launch", "--nproc-per-node", "2"], "launch: no command to run")
+    expect_usage_error(["launch", "--nproc-per-node", "0", "--", "true"],
+                       "launch: --nproc-per-node must be >= 1, got 0")
+    expect_usage_error(["launch", "--nnodes", "2", "--", "true"],
+                       "launch: --master-port is needed with --nnodes 2")
+    expect_usage_error(["launch", "--nnodes", "2", "--node-rank", "2", "--", "true"],
+                       "launch: --node-rank must be in [0, 2), got 2")
+    expect_usage_error(["launch", "--nproc-per-nod", "2", "--", "true"],
+                       "did you mean '--nproc-per-node'?")
+    expect_usage_error(["launch", "--", "no-such-program-here"],
+                       "launch: 'no-such-program-here' is not a file and not found in PATH")
+    # A rank that rejects its own flags: exit 2 passed on, the rank and its error line named.
+    code, out, err = run("launch", "--nproc-per-node", "2", "--", "train", "--steps", "-1")
+    last = err.strip().splitlines()[-1]
+    if code != 2 or not re.fullmatch(r"saturate: error: launch: rank [01] of 2 failed first: "
+                                     r"exited with code 2: UsageError: train: --steps must not be "
+                                     r"negative, got -1", last):
+        fail(f"a rank's usage error: exit {code}, last line:\n{last}\n{err}")
+
+
+def case_issue15_launch_forwards_signals(tmp):
+    # Ctrl-C (SIGINT) reaches the launcher alone in a terminal; it passes it on once and the
+    # ranks stop after their step (exit 130); SIGTERM ends them and the launcher says 143.
+    data = make_idx_dir(tmp, n_train=512, n_test=64)
+    cmd = [ARGS.saturate, "launch", "--nproc-per-node", "2", "--", "train", "--data", "idx:" + data,
+           "--model", "mlp", "--steps", "100000", "--batch-size", "16", "--no-eval", "-q"]
+    for sig, want in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            time.sleep(4)
+            kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                  text=True).stdout.split()
+            if len(kids) != 2:
+                fail(f"launch's ranks: {kids}")
+            p.send_signal(sig)
+            try:
+                out, err = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                fail(f"launch still runs 30 s after {sig.name}")
+            if p.returncode != want or f"launch: {sig.name} received" not in err:
+                fail(f"{sig.name}: exit {p.returncode}, expected {want}\n{err[-2000:]}")
+            left = [k for k in kids if os.path.exists(f"/proc/{k}")]
+            if left:
+                fail(f"{sig.name}: ranks {left} outlived the launcher")
+            if sig == signal.SIGINT and out.count("saturate train: mlp") != 1:
+                fail(f"after Ctrl-C rank 0 should report the steps it made:\n{out}")
+            print(f"{sig.name}: exit {p.returncode}")
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def case_issue15_profile_names_the_slow_rank(tmp):

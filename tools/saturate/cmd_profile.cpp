@@ -157,7 +157,15 @@ int run_profile(const std::vector<std::string>& args) {
   std::vector<DeviceSample> readings = {sampler.sample_now()};
   sampler.start();
   SampledSink sampled(sampler, sinks);  // readings go to --logdir's JSONL and TensorBoard too
-  const TrainSummary summary = trainer.fit(loader, data, &sampled, &g_interrupted);
+  TrainSummary summary;
+  try {
+    summary = trainer.fit(loader, data, &sampled, &g_interrupted);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!dp.is_distributed()) throw;
+    throw_collective_failure(dp, "profile", e);
+  }
   sampler.stop();
   for (const auto& d : sampler.samples()) readings.push_back(d);
   readings.push_back(sampler.sample_now());

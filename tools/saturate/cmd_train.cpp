@@ -175,10 +175,7 @@ int run_train(const std::vector<std::string>& args) {
     throw;
   } catch (const std::exception& e) {
     if (!dist.is_distributed()) throw;
-    // A collective that fails mid-run is almost always another rank that died or hung; its
-    // own output (or the launcher's) says why.
-    throw std::runtime_error("train: " + dist.describe() + ": a collective failed, another "
-                             "rank has probably stopped (" + first_line(e.what()) + ")");
+    throw_collective_failure(dp, "train", e);
   }
   if (sampler) sampler->stop();
   const std::string device_name = device.str();

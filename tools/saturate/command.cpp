@@ -25,6 +25,8 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"compare", "compare two runs of a workload; exit 1 on a regression", run_compare},
       {"doctor", "check the environment: LibTorch, CUDA, BLAS, threads, data", run_doctor},
+      {"launch", "start the ranks of a data-parallel job (torchrun's contract) and watch them",
+       run_launch},
       {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},
       {"pack", "convert a dataset to record files for fast, memory-mapped loading", run_pack},
       {"profile", "run training steps and show where each step's time goes", run_profile},

@@ -77,6 +77,7 @@ bool stderr_is_tty();
 
 int run_compare(const std::vector<std::string>& args);
 int run_doctor(const std::vector<std::string>& args);
+int run_launch(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
 int run_pack(const std::vector<std::string>& args);
 int run_profile(const std::vector<std::string>& args);

@@ -83,7 +83,10 @@ namespace {
 // the root cause of the job's failure (a Python worker's traceback goes there; ours is the one
 // error line). Written once, best effort: the exit code and stderr stay the primary report.
 int fail(const char* kind, const std::string& message, ExitCode code) {
-  std::cerr << "saturate: error: " << message << "\n";
+  // One write: a launcher that stops the job with SIGTERM must not cut the line in two.
+  const std::string line = "saturate: error: " + message + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
   const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
   if (path != nullptr && *path != '\0') {
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "recipe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -194,7 +195,18 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   // Before any thread starts: threads inherit the float mode of the thread that made them.
   r.denormals_flushed = configure_denormals(f.denormals == "flush");
   configure_host_allocator();
-  r.threads = configure_threads(f.threads);
+  // --threads 0: this node's cores shared by its ranks (each taking all of them would make
+  // every rank's threads time-share cores).
+  int threads = f.threads;
+  if (threads == 0) {
+    const DistEnv env = dist_env_from_environment();
+    if (env.local_world_size > 1) {
+      threads = std::max(1, usable_cores() / env.local_world_size);
+      SATURATE_LOG_DEBUG(command, ": ", usable_cores(), " usable cores shared by ",
+                         env.local_world_size, " ranks on this node: ", threads, " threads each");
+    }
+  }
+  r.threads = configure_threads(threads);
   r.probe = probe_devices();
   const DeviceChoice choice = select_device(spec, r.probe);
   r.device = choice.device;
@@ -242,6 +254,17 @@ DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
                     recipe.train.batch_size * run.env.world_size, " (", run.env.world_size,
                     " × ", recipe.train.batch_size, ")");
   return run;
+}
+
+void throw_collective_failure(const DataParallelRun& run, const char* command,
+                              const std::exception& e) {
+  const std::string gone = run.group ? run.group->exited_peers() : std::string();
+  throw std::runtime_error(std::string(command) + ": " + run.env.describe() +
+                           ": a collective failed, " +
+                           (gone.empty() ? "another rank has probably stopped"
+                                         : gone + (gone.rfind("ranks", 0) == 0 ? " have" : " has") +
+                                               " exited") +
+                           " (" + first_line(e.what()) + ")");
 }
 
 LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader) {

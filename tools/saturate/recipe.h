@@ -97,6 +97,10 @@ TrainingInput open_recipe_input(const Recipe& recipe);
 /// one process. Bad variables, --backend or --dist-timeout are exit-2 errors.
 DataParallelRun join_data_parallel(const RecipeFlags& flags, const Recipe& recipe,
                                    const char* command);
+/// For a collective that failed mid-run (almost always another rank that died or hung): throws
+/// the one error line, naming the rank that exited when this host can tell.
+[[noreturn]] void throw_collective_failure(const DataParallelRun& run, const char* command,
+                                           const std::exception& e);
 /// `loader` sharded for the run: this rank's part of each epoch.
 LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader);
 

@@ -24,7 +24,7 @@ struct DistEnv {
   int restart_count = 0;     ///< TORCHELASTIC_RESTART_COUNT: store keys are prefixed with it
   bool agent_store = false;  ///< torchrun hosts the store (every rank is a client)
   std::string error_file;    ///< TORCHELASTIC_ERROR_FILE: where a failing rank says why
-  std::string launcher;      ///< "torchrun", "slurm" or "none"
+  std::string launcher;      ///< "torchrun", "saturate launch", "slurm" or "none"
 
   bool is_distributed() const { return world_size > 1; }
   /// "rank 1 of 2 (local 1 of 2, node 0), store 127.0.0.1:29500, torchrun"

@@ -52,6 +52,12 @@ class DistGroup {
   std::vector<std::vector<double>> allgather(const std::vector<double>& values);
   void barrier();
 
+  /// The ranks of this group that ran on this machine (same boot, same PID namespace) and have
+  /// exited since the group formed: "rank 1 (pid 4242)", "ranks 1 (pid 4242), 3 (pid 4250)";
+  /// "" when none has or nothing can be known (ranks on other hosts). For the message of a
+  /// collective that failed: waits up to `settle` for an exiting peer to be gone.
+  std::string exited_peers(std::chrono::milliseconds settle = std::chrono::milliseconds(1000)) const;
+
   /// For modules of saturate that drive c10d directly (the gradient reducer).
   Impl& impl() { return *impl_; }
 
