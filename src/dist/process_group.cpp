@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -164,6 +166,24 @@ std::string DistGroup::exited_peers(std::chrono::milliseconds settle) const {
     if (std::chrono::steady_clock::now() >= until) return "";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+std::vector<std::string> DistGroup::allgather_bytes(const std::string& bytes) {
+  const std::vector<std::vector<double>> sizes = allgather({static_cast<double>(bytes.size())});
+  int64_t longest = 0;
+  for (const auto& s : sizes) longest = std::max(longest, static_cast<int64_t>(s[0]));
+  at::Tensor mine = torch::zeros({std::max<int64_t>(longest, 1)}, torch::kUInt8);
+  std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  std::vector<at::Tensor> in = {mine};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < world_size(); ++r) out[0].push_back(torch::empty_like(mine));
+  wait_for(*impl_, impl_->group->allgather(out, in), "all-gather");
+  std::vector<std::string> result;
+  for (int r = 0; r < world_size(); ++r) {
+    const auto* p = reinterpret_cast<const char*>(out[0][static_cast<size_t>(r)].data_ptr<uint8_t>());
+    result.emplace_back(p, static_cast<size_t>(sizes[static_cast<size_t>(r)][0]));
+  }
+  return result;
 }
 
 void DistGroup::barrier() {

@@ -91,7 +91,9 @@ void JsonlSink::on_device_sample(int64_t step, const DeviceSample& s) {
 
 void JsonlSink::on_end() { std::fflush(file_); }
 
-TraceSink::TraceSink(const std::string& path) : path_(path) {
+TraceSink::TraceSink(const std::string& path, int track, std::string track_name)
+    : track_(track), track_name_(std::move(track_name)), path_(path) {
+  if (path.empty()) return;
   // Create it now: an unwritable path should fail before the run, not after.
   std::FILE* f = std::fopen(path.c_str(), "w");
   SATURATE_CHECK(f != nullptr, "telemetry: cannot write --trace '", path, "': ",
@@ -119,9 +121,12 @@ void TraceSink::on_step(const StepRecord& r) {
 
 std::string TraceSink::json() const {
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1},
-                    {"args", {{"name", "saturate train"}}}});
-  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1},
+  const int pid = track_ + 1;
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1},
+                    {"args", {{"name", track_name_.empty() ? "saturate train" : track_name_}}}});
+  events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 1},
+                    {"args", {{"sort_index", track_}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1},
                     {"args", {{"name", "training step"}}}});
   for (const auto& s : slices_) {
     const bool is_step = s.name.rfind("step ", 0) == 0;
@@ -130,7 +135,7 @@ std::string TraceSink::json() const {
                       {"ph", "X"},
                       {"ts", s.ts_us},
                       {"dur", s.dur_us},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", 1},
                       {"args", {{"step", s.step}}}});
   }
@@ -138,11 +143,30 @@ std::string TraceSink::json() const {
 }
 
 void TraceSink::on_end() {
+  if (path_.empty()) return;
   std::FILE* f = std::fopen(path_.c_str(), "w");
   if (!f) return;  // reported at construction; a vanished folder now loses only the trace
   const std::string text = json();
   std::fwrite(text.data(), 1, text.size(), f);
   std::fclose(f);
+}
+
+std::string merge_traces(const std::vector<std::string>& documents) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t i = 0; i < documents.size(); ++i) {
+    const nlohmann::json doc = nlohmann::json::parse(documents[i], nullptr, /*allow_exceptions=*/false);
+    SATURATE_CHECK(doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array(),
+                   "telemetry: trace ", i, " to merge is not a trace document");
+    for (const auto& e : doc["traceEvents"]) events.push_back(e);
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+void write_trace(const std::string& path, const std::string& document) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  SATURATE_CHECK(f != nullptr, "telemetry: cannot write --trace '", path, "': ", std::strerror(errno));
+  const bool ok = std::fwrite(document.data(), 1, document.size(), f) == document.size();
+  SATURATE_CHECK(std::fclose(f) == 0 && ok, "telemetry: cannot write --trace '", path, "'");
 }
 
 }  // namespace saturate

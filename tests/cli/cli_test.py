@@ -1116,13 +1116,30 @@ def case_issue15_launch_two_ranks(tmp):
     summary = os.path.join(tmp, "s.json")
     code, out, err = run("launch", "--nproc-per-node", "2", "--", "train", "--data", "idx:" + data,
                          "--model", "mlp", "--steps", "6", "--batch-size", "16", "-q",
-                         "--summary-json", summary, timeout=180)
+                         "--summary-json", summary, "--logdir", os.path.join(tmp, "logs"),
+                         "--trace", os.path.join(tmp, "trace.json"), timeout=180)
     if code != 0 or "[rank 0] saturate train: mlp" not in out:
         fail(f"launch train: exit {code}\n{out}\n{err}")
     if "saturate launch, gloo; global batch 32 (2 × 16)" not in err:
         fail(f"the ranks do not say they run under saturate launch:\n{err}")
     with open(summary) as f:
         s = json.load(f)
+    # One JSONL/TensorBoard stream per rank, one trace with a track per rank.
+    for r in range(2):
+        with open(os.path.join(tmp, "logs", f"rank{r}", "steps.jsonl")) as f:
+            steps = [json.loads(l) for l in f if '"type":"step"' in l]
+        if len(steps) != 6 or not any(n.startswith("events.out.tfevents")
+                                      for n in os.listdir(os.path.join(tmp, "logs", f"rank{r}"))):
+            fail(f"rank {r}'s stream: {len(steps)} steps in {os.listdir(os.path.join(tmp, 'logs'))}")
+    with open(os.path.join(tmp, "trace.json")) as f:
+        events = json.load(f)["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    steps_per_pid = {}
+    for e in events:
+        if e.get("cat") == "step":
+            steps_per_pid[e["pid"]] = steps_per_pid.get(e["pid"], 0) + 1
+    if tracks != {"rank 0", "rank 1"} or sorted(steps_per_pid.values()) != [6, 6]:
+        fail(f"trace tracks {tracks}, steps per track {steps_per_pid}")
     # 2 ranks on this machine's cores share them: 1 thread each on 2 cores, never 2 each.
     import multiprocessing
     want_threads = max(1, len(os.sched_getaffinity(0)) // 2)

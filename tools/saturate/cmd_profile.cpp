@@ -137,7 +137,7 @@ int run_profile(const std::vector<std::string>& args) {
   MultiSink sinks;
   MemorySink records;
   sinks.add(&records);
-  const FileSinks file_sinks(logdir, trace_path, sinks);
+  FileSinks file_sinks(logdir, trace_path, sinks, dist_env_from_environment());
 
   const int threads = recipe.threads;
   const DeviceProbe& probe = recipe.probe;
@@ -167,6 +167,7 @@ int run_profile(const std::vector<std::string>& args) {
     throw_collective_failure(dp, "profile", e);
   }
   sampler.stop();
+  file_sinks.finish(dp.group.get());
   for (const auto& d : sampler.samples()) readings.push_back(d);
   readings.push_back(sampler.sample_now());
   const SampleSummary device_samples = summarize_samples(readings, summary.samples);

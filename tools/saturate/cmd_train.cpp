@@ -127,7 +127,7 @@ int run_train(const std::vector<std::string>& args) {
   ConsoleProgress progress(std::cerr, stderr_is_tty());
   MultiSink sinks;
   if (!f.quiet) sinks.add(&progress);
-  const FileSinks file_sinks(f.logdir, f.trace, sinks);
+  FileSinks file_sinks(f.logdir, f.trace, sinks, dist_env_from_environment());
   // With --logdir, device readings (CPU, RSS, GPUs through NVML) are logged beside the steps.
   // Built now so a bad interval fails before any work.
   std::optional<DeviceSampler> sampler;
@@ -178,6 +178,7 @@ int run_train(const std::vector<std::string>& args) {
     throw_collective_failure(dp, "train", e);
   }
   if (sampler) sampler->stop();
+  file_sinks.finish(dp.group.get());
   const std::string device_name = device.str();
   // One summary for the job: rank 0's (every rank holds the same weights).
   const bool reports = dist.rank == 0;

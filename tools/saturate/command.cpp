@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
+#include "saturate/dist/process_group.h"
 #include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/tensorboard_writer.h"
 
@@ -45,17 +47,38 @@ void check_writable(const std::string& path, const std::string& flag) {
   if (!existed) std::remove(path.c_str());
 }
 
-FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks) {
+FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks,
+                     const DistEnv& dist)
+    : trace_path_(trace_path), rank_(dist.rank), world_(dist.world_size) {
   if (!logdir.empty()) {
-    tensorboard = std::make_unique<TensorBoardSink>(logdir);
-    jsonl = std::make_unique<JsonlSink>(logdir + "/steps.jsonl");
+    // Data parallel: one stream per rank, DIR/rankN (TensorBoard shows each as a run).
+    std::string dir = logdir;
+    if (world_ > 1) {
+      SATURATE_CHECK(mkdir(logdir.c_str(), 0755) == 0 || errno == EEXIST,
+                     "telemetry: cannot create --logdir '", logdir, "': ", std::strerror(errno));
+      dir = logdir + "/rank" + std::to_string(rank_);
+    }
+    tensorboard = std::make_unique<TensorBoardSink>(dir);
+    jsonl = std::make_unique<JsonlSink>(dir + "/steps.jsonl");
     sinks.add(tensorboard.get());
     sinks.add(jsonl.get());
   }
   if (!trace_path.empty()) {
-    trace = std::make_unique<TraceSink>(trace_path);
+    // Data parallel: each rank collects its own track, rank 0 writes them as one trace.
+    if (world_ > 1) {
+      if (rank_ == 0) check_writable(trace_path, "--trace");
+      trace = std::make_unique<TraceSink>("", rank_, "rank " + std::to_string(rank_));
+    } else {
+      trace = std::make_unique<TraceSink>(trace_path);
+    }
     sinks.add(trace.get());
   }
+}
+
+void FileSinks::finish(DistGroup* group) {
+  if (!trace || world_ == 1 || group == nullptr) return;
+  const std::vector<std::string> docs = group->allgather_bytes(trace->json());
+  if (rank_ == 0) write_trace(trace_path_, merge_traces(docs));
 }
 
 FileSinks::~FileSinks() = default;

@@ -19,6 +19,8 @@ class App;
 }
 
 namespace saturate {
+class DistGroup;
+struct DistEnv;
 class JsonlSink;
 class MultiSink;
 class TensorBoardSink;
@@ -51,12 +53,20 @@ void check_writable(const std::string& path, const std::string& flag);
 
 /// The --logdir (TensorBoard scalars + DIR/steps.jsonl) and --trace sinks of a run. Opened by
 /// the constructor, so a bad path fails before any work; each open sink is added to `sinks`.
+/// Under data parallel each rank logs to DIR/rankN, and the trace gets one track per rank:
+/// finish() (called by every rank after the run) gathers them and rank 0 writes the file.
 struct FileSinks {
-  FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks);
+  FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks,
+            const DistEnv& dist);
   ~FileSinks();
+  void finish(DistGroup* group);
   std::unique_ptr<TensorBoardSink> tensorboard;
   std::unique_ptr<JsonlSink> jsonl;
   std::unique_ptr<TraceSink> trace;
+
+ private:
+  std::string trace_path_;
+  int rank_ = 0, world_ = 1;
 };
 
 /// Help text of the --data option of train, profile and tune.

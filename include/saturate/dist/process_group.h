@@ -50,6 +50,8 @@ class DistGroup {
   void allreduce_sum(std::vector<at::Tensor>& tensors);
   /// Every rank's `values` (the same length on each), in rank order.
   std::vector<std::vector<double>> allgather(const std::vector<double>& values);
+  /// Every rank's `bytes` (any length), in rank order.
+  std::vector<std::string> allgather_bytes(const std::string& bytes);
   void barrier();
 
   /// The ranks of this group that ran on this machine (same boot, same PID namespace) and have

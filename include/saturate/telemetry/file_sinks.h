@@ -42,16 +42,21 @@ class JsonlSink : public TelemetrySink {
 
 /// Collects one slice per phase per step (laid out in phase order inside a "step N" slice that
 /// starts at the record's start_ms) and writes {"traceEvents":[...],"displayTimeUnit":"ms"} at
-/// on_end(). Throws saturate::Error naming the file when it cannot be created.
+/// on_end(). Throws saturate::Error naming the file when it cannot be created. A data-parallel
+/// rank collects its own track (process `track`, named "rank N") with no file; rank 0 writes
+/// every rank's document as one trace with merge_traces().
 class TraceSink : public TelemetrySink {
  public:
-  explicit TraceSink(const std::string& path);
+  /// `path` empty: collect only (json() gives the document).
+  explicit TraceSink(const std::string& path, int track = 0, std::string track_name = "");
   void on_step(const StepRecord& r) override;
   void on_end() override;
-  /// The document on_end() writes (exposed for tests).
+  /// The document on_end() writes.
   std::string json() const;
 
  private:
+  int track_ = 0;
+  std::string track_name_;
   struct Slice {
     std::string name;
     double ts_us, dur_us;
@@ -61,5 +66,11 @@ class TraceSink : public TelemetrySink {
   double timeline_end_us_ = 0.0;  // end of the last step's slice
   std::vector<Slice> slices_;
 };
+
+/// One trace of several TraceSink::json() documents (each its own process track, in order).
+/// Throws saturate::Error when one is not a trace document.
+std::string merge_traces(const std::vector<std::string>& documents);
+/// Writes `document` to `path`; throws saturate::Error naming it when that fails.
+void write_trace(const std::string& path, const std::string& document);
 
 }  // namespace saturate

@@ -3,6 +3,7 @@
 // bit-by-bit CRC-32C, and a protobuf wire-format walker that knows only field numbers.
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -218,6 +219,31 @@ TEST(TraceSink, WritesWellFormedCompleteEventsOnePerPhasePerStep) {
   EXPECT_EQ(steps, 3);
   EXPECT_EQ(phases, 3 * 4);
   EXPECT_THROW(TraceSink("/nonexistent-dir/t.json"), Error);
+}
+
+TEST(TraceSink, Issue15_RanksTracksMergeIntoOneTraceWithAProcessPerRank) {
+  // Two ranks collect without a file; the merge keeps each rank's slices on its own track.
+  std::vector<std::string> docs;
+  for (int rank = 0; rank < 2; ++rank) {
+    TraceSink sink("", rank, "rank " + std::to_string(rank));
+    StepRecord r;
+    r.forward_ms = 1 + rank;
+    r.step_ms = 1 + rank;
+    sink.on_step(r);
+    sink.on_end();  // writes nothing
+    docs.push_back(sink.json());
+  }
+  const auto doc = nlohmann::json::parse(merge_traces(docs));
+  std::map<int, std::string> names;
+  std::map<int, double> forward_us;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["name"] == "process_name") names[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["name"] == "forward") forward_us[e["pid"].get<int>()] = e["dur"].get<double>();
+  }
+  EXPECT_EQ(names, (std::map<int, std::string>{{1, "rank 0"}, {2, "rank 1"}}));
+  EXPECT_EQ(forward_us, (std::map<int, double>{{1, 1000.0}, {2, 2000.0}}));
+  EXPECT_THROW(merge_traces({docs[0], "{\"steps\": []}"}), Error);
+  EXPECT_THROW(merge_traces({"not json"}), Error);
 }
 
 }  // namespace saturate
