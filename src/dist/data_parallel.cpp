@@ -115,6 +115,12 @@ class ReducerSync final : public GradientSync {
     }
   }
 
+  void before_evaluate() override {
+    if (!reducer_ || buffers_.empty()) return;
+    torch::NoGradGuard no_grad;
+    c10d::broadcast_coalesced(group_.impl().group, buffers_, kBroadcastBufferBytes, 0);
+  }
+
   void before_backward(bool sync) override {
     // Without prepare_for_backward the Reducer's hooks stand aside: gradients accumulate.
     if (reducer_ && sync) reducer_->prepare_for_backward({});

@@ -381,6 +381,7 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
                              double normalize_std) {
   const bool was_training = model_.is_training();
   model_.train(false);
+  if (sync_) sync_->before_evaluate();
   // Data parallel: each rank evaluates every world-th sample (no padding, so no sample counts
   // twice) and the sums are added up across ranks.
   const int world = sync_ ? sync_->world_size() : 1;

@@ -5,6 +5,8 @@
 //
 //   dist_worker collectives [TIMEOUT_S]
 //   dist_worker equivalence [TIMEOUT_S]   W ranks of batch B vs one process of batch W·B
+//   dist_worker equivalence_batchnorm     the same with BatchNorm (a small CNN), against one
+//                                         process accumulating the ranks' micro-batches
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -44,15 +46,90 @@ void collectives(DistGroup& g) {
   g.barrier();
 }
 
-// `steps` plain-SGD steps of fmnist-cnn; with a group, each rank trains its shard of the
-// loader's order in batches of `batch`, gradients averaged; the parameters at the end.
-std::vector<at::Tensor> train(DistGroup* group, int64_t batch, int64_t accumulate,
-                              uint64_t init_seed) {
+// The batches W ranks train on, in one process: each step's batch is every rank's batch in rank
+// order, so that split into W·A micro-batches it is the ranks' A micro-batches each, and a
+// BatchNorm sees the batches the ranks' BatchNorms saw.
+class ShardedBatches final : public BatchSource {
+ public:
+  ShardedBatches(const SampleSource& source, LoaderOptions o, int world) {
+    for (int r = 0; r < world; ++r) {
+      o.rank = r;
+      o.world = world;
+      shards_.push_back(std::make_unique<Loader>(source, o));
+    }
+  }
+  void start_epoch(int64_t epoch) override {
+    for (auto& s : shards_) s->start_epoch(epoch);
+  }
+  std::optional<Batch> next() override {
+    std::vector<at::Tensor> inputs, targets;
+    for (auto& s : shards_) {
+      std::optional<Batch> b = s->next();
+      if (!b) return std::nullopt;
+      inputs.push_back(b->inputs);
+      targets.push_back(b->targets);
+    }
+    Batch all;
+    all.inputs = torch::cat(inputs);
+    all.targets = torch::cat(targets);
+    return all;
+  }
+  int64_t batches_per_epoch() const override { return shards_[0]->batches_per_epoch(); }
+
+ private:
+  std::vector<std::unique_ptr<Loader>> shards_;
+};
+
+// A small CNN with BatchNorm after each conv (ResNet-18 has the same layers, but is too slow
+// for a test on two cores): conv-BN-ReLU-pool, twice, then a linear layer.
+class BatchNormCnn final : public Model {
+ public:
+  explicit BatchNormCnn(const ModelInputs& in) {
+    namespace nn = torch::nn;
+    const int64_t c = in.sample_shape[0], h = in.sample_shape[1], w = in.sample_shape[2];
+    net_ = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(c, 8, 3).padding(1)), nn::BatchNorm2d(8),
+                          nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Conv2d(nn::Conv2dOptions(8, 16, 3).padding(1)), nn::BatchNorm2d(16),
+                          nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                          nn::Linear(16 * (h / 4) * (w / 4), in.num_classes));
+  }
+  std::string name() const override { return "bn-cnn"; }
+  at::Tensor forward(const at::Tensor& x) override { return net_->forward(x); }
+  std::vector<at::Tensor> parameters() override { return net_->parameters(); }
+  std::vector<at::Tensor> state_tensors() override {
+    std::vector<at::Tensor> all = net_->parameters();
+    for (const at::Tensor& b : net_->buffers()) all.push_back(b);
+    return all;
+  }
+  void train(bool on) override { net_->train(on); }
+  bool is_training() const override { return net_->is_training(); }
+  void to(const c10::Device& d) override { net_->to(d); }
+
+ private:
+  torch::nn::Sequential net_{nullptr};
+};
+
+std::unique_ptr<Model> build(const std::string& name, const ModelInputs& in) {
+  if (name == "bn-cnn") return std::make_unique<BatchNormCnn>(in);
+  return make_model(name, in);
+}
+
+struct Run {
+  std::string model = "fmnist-cnn";
+  int64_t batch = 16;
+  int64_t accumulate = 1;
+  uint64_t init_seed = 100;
+  int reference_world = 0;  ///< one process on the micro-batches of this many ranks
+};
+
+// 5 plain-SGD steps; with a group, each rank trains its shard of the loader's order in batches
+// of `batch`, gradients averaged. The parameters at the end, then the buffers.
+std::vector<at::Tensor> train(DistGroup* group, const Run& run) {
   const auto data = testing::make_pattern_splits(512, 32);
   auto source = make_sample_source(data.train);
   TrainOptions o;
-  o.batch_size = batch;
-  o.accumulate = accumulate;
+  o.batch_size = run.batch;
+  o.accumulate = run.accumulate;
   o.steps = 5;
   o.optimizer = OptimizerKind::kSgd;
   o.momentum = 0.9;
@@ -62,44 +139,115 @@ std::vector<at::Tensor> train(DistGroup* group, int64_t batch, int64_t accumulat
   o.lr = 0.05;
   o.evaluate = false;
   o.seed = 11;
-  seed_everything(init_seed);
-  auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
+  seed_everything(run.init_seed);
+  auto model = build(run.model, {data.train.sample_shape(), data.train.num_classes});
   std::unique_ptr<GradientSync> sync = group ? make_data_parallel(*group) : nullptr;
-  Trainer trainer(*model, o, c10::Device("cpu"), nullptr, sync.get());
   LoaderOptions lo;
-  lo.batch_size = batch;
+  lo.batch_size = run.batch;
   lo.seed = o.seed;
   lo.rank = group ? group->rank() : 0;
   lo.world = group ? group->world_size() : 1;
   lo.transform.mean = data.normalize_mean;
   lo.transform.std = data.normalize_std;
-  Loader loader(*source, lo);
-  trainer.fit(loader, data);
+  if (run.reference_world > 0) {
+    // The same steps in one process: micro-batches of every rank, accumulated.
+    o.batch_size = run.batch * run.reference_world;
+    o.accumulate = run.accumulate * run.reference_world;
+    Trainer trainer(*model, o, c10::Device("cpu"), nullptr, nullptr);
+    ShardedBatches batches(*source, lo, run.reference_world);
+    trainer.fit(batches, data);
+  } else {
+    Trainer trainer(*model, o, c10::Device("cpu"), nullptr, sync.get());
+    Loader loader(*source, lo);
+    trainer.fit(loader, data);
+  }
+  if (group && run.model == "bn-cnn") {
+    // Each rank's running statistics come from its own batches; an evaluation must use one
+    // model's (rank 0's), which before_evaluate hands out.
+    std::vector<at::Tensor> buffers = model->state_tensors();
+    buffers.erase(buffers.begin(), buffers.begin() + static_cast<long>(model->parameters().size()));
+    auto spread = [&] {
+      double most = 0;
+      for (const at::Tensor& b : buffers) {
+        std::vector<at::Tensor> sum = {b.to(torch::kDouble)};
+        group->allreduce_sum(sum);
+        most = std::max(most, (sum[0] / group->world_size() - b.to(torch::kDouble)).abs().max().item<double>());
+      }
+      return most;
+    };
+    const double before = spread();
+    EXPECT_OR_FAIL(before > 0, "the ranks' BatchNorm statistics agree before any broadcast");
+    sync->before_evaluate();
+    EXPECT_OR_FAIL(spread() == 0, "the ranks' BatchNorm statistics differ after before_evaluate");
+  }
   std::vector<at::Tensor> out;
   for (const at::Tensor& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
 }
 
+void expect_same_on_every_rank(DistGroup& g, const std::vector<at::Tensor>& params,
+                               const std::string& what) {
+  for (const at::Tensor& p : params) {
+    std::vector<at::Tensor> sum = {p.clone()};
+    g.allreduce_sum(sum);
+    const double spread = (sum[0] / g.world_size() - p).abs().max().item<double>();
+    EXPECT_OR_FAIL(spread == 0.0, "ranks disagree by ", spread, " (", what, ")");
+  }
+}
+
+void expect_close(const std::vector<at::Tensor>& dp, const std::vector<at::Tensor>& one,
+                  const std::string& what) {
+  EXPECT_OR_FAIL(dp.size() == one.size(), "parameter counts differ (", what, ")");
+  for (size_t i = 0; i < one.size(); ++i) {
+    const double diff = (dp[i] - one[i]).abs().max().item<double>();
+    const double scale = std::max(1.0, one[i].abs().max().item<double>());
+    EXPECT_OR_FAIL(diff <= 1e-5 * scale, "parameter ", i, " differs from one process by ", diff,
+                   " (", what, ")");
+  }
+}
+
 void equivalence(DistGroup& g) {
-  const int64_t per_rank = 16;
   for (int64_t accumulate : {1, 2}) {
+    const std::string what = "fmnist-cnn, accumulate " + std::to_string(accumulate);
     // Different initial weights on each rank: attach must make them rank 0's.
-    const auto dp = train(&g, per_rank, accumulate, /*init_seed=*/100 + g.rank());
-    // Every rank ends with the same weights...
-    for (const at::Tensor& p : dp) {
-      std::vector<at::Tensor> sum = {p.clone()};
-      g.allreduce_sum(sum);
-      const double spread = (sum[0] / g.world_size() - p).abs().max().item<double>();
-      EXPECT_OR_FAIL(spread == 0.0, "ranks disagree by ", spread, " (accumulate ", accumulate, ")");
-    }
+    Run run;
+    run.accumulate = accumulate;
+    run.init_seed = 100 + g.rank();
+    const auto dp = train(&g, run);
+    expect_same_on_every_rank(g, dp, what);
     // ...and they are one process's on the whole batch (rank 0's initial weights).
-    const auto one = train(nullptr, per_rank * g.world_size(), accumulate, /*init_seed=*/100);
-    for (size_t i = 0; i < one.size(); ++i) {
-      const double diff = (dp[i] - one[i]).abs().max().item<double>();
-      const double scale = std::max(1.0, one[i].abs().max().item<double>());
-      EXPECT_OR_FAIL(diff <= 1e-5 * scale, "parameter ", i, " differs from one process by ",
-                     diff, " (accumulate ", accumulate, ")");
-    }
+    Run one = run;
+    one.batch = run.batch * g.world_size();
+    one.init_seed = 100;
+    expect_close(dp, train(nullptr, one), what);
+  }
+}
+
+void equivalence_batchnorm(DistGroup& g) {
+  // BatchNorm normalises each rank's batch with that batch's statistics (as DDP does), so the
+  // one-process reference with the same steps is one that accumulates the ranks' micro-batches.
+  for (int64_t accumulate : {1, 2}) {
+    const std::string what = "bn-cnn, accumulate " + std::to_string(accumulate);
+    Run run;
+    run.model = "bn-cnn";
+    run.accumulate = accumulate;
+    run.init_seed = 100 + g.rank();
+    const auto dp = train(&g, run);
+    expect_same_on_every_rank(g, dp, what);
+    Run one = run;
+    one.init_seed = 100;
+    one.reference_world = g.world_size();
+    expect_close(dp, train(nullptr, one), what);
+    // Not one process on the whole batch: its BatchNorm would normalise over both halves.
+    Run whole = one;
+    whole.reference_world = 0;
+    whole.batch = run.batch * g.world_size();
+    const auto naive = train(nullptr, whole);
+    double most = 0;
+    for (size_t i = 0; i < naive.size(); ++i)
+      most = std::max(most, (dp[i] - naive[i]).abs().max().item<double>());
+    EXPECT_OR_FAIL(most > 1e-4, "BatchNorm over the whole batch gave the ranks' steps (", most,
+                   "): the test cannot tell local statistics from global ones");
   }
 }
 
@@ -117,6 +265,7 @@ int main(int argc, char** argv) {
         std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
     if (mode == "collectives") saturate::collectives(*g);
     else if (mode == "equivalence") saturate::equivalence(*g);
+    else if (mode == "equivalence_batchnorm") saturate::equivalence_batchnorm(*g);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

@@ -7,6 +7,8 @@ Usage: run_ranks.py --case NAME --worker BIN
 Cases:
   collectives       2 ranks: all-reduce, broadcast, all-gather, barrier agree
   equivalence       2 ranks of batch 16 take one process's steps of batch 32 (accumulate 1, 2)
+  equivalence_batchnorm  the same with a BatchNorm CNN against one process that
+                    accumulates the ranks' micro-batches
   store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
 """
 import argparse
@@ -69,6 +71,10 @@ def case_collectives(args):
 
 def case_equivalence(args):
     all_ranks_ok(args, "equivalence", 2, 100)
+
+
+def case_equivalence_batchnorm(args):
+    all_ranks_ok(args, "equivalence_batchnorm", 2, 110)
 
 
 def case_store_unreachable(args):

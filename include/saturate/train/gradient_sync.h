@@ -24,6 +24,10 @@ class GradientSync {
   virtual void before_forward(bool sync) = 0;
   /// After that forward, before its backward.
   virtual void before_backward(bool sync) = 0;
+  /// Before an evaluation (on every rank at the same point): the ranks evaluate one model,
+  /// rank 0's, so data parallelism gives them its buffers (BatchNorm running statistics, which
+  /// each rank updated from its own batches).
+  virtual void before_evaluate() {}
   /// Processes whose gradients are averaged (1: none), and this one's place among them.
   virtual int world_size() const = 0;
   virtual int rank() const { return 0; }
