@@ -87,7 +87,7 @@ class ReducerSync final : public GradientSync {
     std::vector<at::Tensor> state = params_;
     state.insert(state.end(), buffers_.begin(), buffers_.end());
     c10d::broadcast_coalesced(g.group, state, kBroadcastBufferBytes, 0);
-    if (group_.world_size() == 1) return;
+    if (group_.world_size() == 1 && !o_.reduce_alone) return;
     std::vector<size_t> limits = {static_cast<size_t>(o_.first_bucket_bytes),
                                   static_cast<size_t>(o_.bucket_bytes)};
     std::vector<std::vector<size_t>> buckets =

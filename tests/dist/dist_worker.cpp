@@ -5,6 +5,7 @@
 //
 //   dist_worker collectives [TIMEOUT_S]
 //   dist_worker equivalence [TIMEOUT_S]   W ranks of batch B vs one process of batch W·B
+//   dist_worker nccl                      NCCL on cuda:LOCAL_RANK (exit 77 without a GPU)
 //   dist_worker equivalence_batchnorm     the same with BatchNorm (a small CNN), against one
 //                                         process accumulating the ranks' micro-batches
 #include <algorithm>
@@ -120,6 +121,8 @@ struct Run {
   int64_t accumulate = 1;
   uint64_t init_seed = 100;
   int reference_world = 0;  ///< one process on the micro-batches of this many ranks
+  c10::Device device{c10::kCPU};
+  bool reduce_alone = false;  ///< the reducer's buckets even in a group of one
 };
 
 // 5 plain-SGD steps; with a group, each rank trains its shard of the loader's order in batches
@@ -141,7 +144,9 @@ std::vector<at::Tensor> train(DistGroup* group, const Run& run) {
   o.seed = 11;
   seed_everything(run.init_seed);
   auto model = build(run.model, {data.train.sample_shape(), data.train.num_classes});
-  std::unique_ptr<GradientSync> sync = group ? make_data_parallel(*group) : nullptr;
+  DataParallelOptions dpo;
+  dpo.reduce_alone = run.reduce_alone;
+  std::unique_ptr<GradientSync> sync = group ? make_data_parallel(*group, dpo) : nullptr;
   LoaderOptions lo;
   lo.batch_size = run.batch;
   lo.seed = o.seed;
@@ -153,11 +158,11 @@ std::vector<at::Tensor> train(DistGroup* group, const Run& run) {
     // The same steps in one process: micro-batches of every rank, accumulated.
     o.batch_size = run.batch * run.reference_world;
     o.accumulate = run.accumulate * run.reference_world;
-    Trainer trainer(*model, o, c10::Device("cpu"), nullptr, nullptr);
+    Trainer trainer(*model, o, run.device, nullptr, nullptr);
     ShardedBatches batches(*source, lo, run.reference_world);
     trainer.fit(batches, data);
   } else {
-    Trainer trainer(*model, o, c10::Device("cpu"), nullptr, sync.get());
+    Trainer trainer(*model, o, run.device, nullptr, sync.get());
     Loader loader(*source, lo);
     trainer.fit(loader, data);
   }
@@ -181,7 +186,7 @@ std::vector<at::Tensor> train(DistGroup* group, const Run& run) {
     EXPECT_OR_FAIL(spread() == 0, "the ranks' BatchNorm statistics differ after before_evaluate");
   }
   std::vector<at::Tensor> out;
-  for (const at::Tensor& p : model->parameters()) out.push_back(p.detach().clone());
+  for (const at::Tensor& p : model->parameters()) out.push_back(p.detach().cpu().clone());
   return out;
 }
 
@@ -251,6 +256,28 @@ void equivalence_batchnorm(DistGroup& g) {
   }
 }
 
+// NCCL on this process's GPU: collectives on CUDA tensors, then training steps whose gradients
+// go through the reducer's CUDA buckets and NCCL (a world of one on a one-GPU machine: the sum
+// is the rank's own, so the steps are the plain ones).
+void nccl(DistGroup& g, const c10::Device& device) {
+  std::vector<at::Tensor> t = {torch::full({3}, static_cast<float>(g.rank() + 1), device)};
+  g.allreduce_sum(t);
+  const float want = static_cast<float>(g.world_size() * (g.world_size() + 1) / 2);
+  EXPECT_OR_FAIL(t[0].eq(want).all().item<bool>(), "NCCL all-reduce gave ", t[0].cpu());
+  std::vector<at::Tensor> b = {torch::full({2}, g.rank() == 0 ? 42.0f : -1.0f, device)};
+  g.broadcast(b, 0);
+  EXPECT_OR_FAIL(b[0].eq(42).all().item<bool>(), "NCCL broadcast gave ", b[0].cpu());
+  g.barrier();
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  Run run;
+  run.device = device;
+  run.reduce_alone = true;
+  const auto reduced = train(&g, run);
+  const auto plain = train(nullptr, run);
+  expect_close(reduced, plain, "fmnist-cnn on " + device.str() + " through NCCL buckets");
+}
+
 }  // namespace
 }  // namespace saturate
 
@@ -260,12 +287,20 @@ int main(int argc, char** argv) {
   const double timeout_s = argc > 2 ? std::atof(argv[2]) : 30.0;
   try {
     const saturate::DistEnv env = saturate::dist_env_from_environment();
+    const bool on_gpu = mode == "nccl";
+    if (on_gpu && !torch::cuda::is_available()) {
+      std::cout << "skipped: no CUDA device" << std::endl;
+      return 77;
+    }
+    const c10::Device device = on_gpu ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
+                                      : c10::Device(c10::kCPU);
     auto g = saturate::init_process_group(
-        env, saturate::DistBackend::kGloo, c10::Device("cpu"),
+        env, on_gpu ? saturate::DistBackend::kNccl : saturate::DistBackend::kGloo, device,
         std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
     if (mode == "collectives") saturate::collectives(*g);
     else if (mode == "equivalence") saturate::equivalence(*g);
     else if (mode == "equivalence_batchnorm") saturate::equivalence_batchnorm(*g);
+    else if (mode == "nccl") saturate::nccl(*g, device);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

@@ -24,9 +24,13 @@ struct DataParallelOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   int64_t first_bucket_bytes = int64_t{1} << 20;
   bool broadcast_buffers = true;  ///< rank 0's buffers before every forward
+  /// Reduce gradients even in a group of one (which otherwise synchronises nothing): for
+  /// checking the bucket path on a machine with one GPU (scripts/gpu-check).
+  bool reduce_alone = false;
 };
 
-/// `group` must outlive the result. A group of one rank gives a sync that does nothing.
+/// `group` must outlive the result. A group of one rank gives a sync that does nothing, unless
+/// `options.reduce_alone`.
 std::unique_ptr<GradientSync> make_data_parallel(DistGroup& group,
                                                  const DataParallelOptions& options = {});
 
