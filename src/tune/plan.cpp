@@ -20,7 +20,7 @@ const std::vector<std::string> kConfigKeys = {
     "batch_size", "precision",    "accumulate", "checkpoint_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
-    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format"};
+    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -205,7 +205,8 @@ json config_to_json(const TrialConfig& c) {
           {"weight_decay", t.weight_decay},
           {"eval_batch_size", t.eval_batch_size},
           {"eval_every", t.eval_every},
-          {"memory_format", to_string(t.memory_format)}};
+          {"memory_format", to_string(t.memory_format)},
+          {"world_size", c.world_size}};
 }
 
 // Fields the reader leaves out keep TrainOptions' defaults.
@@ -232,6 +233,10 @@ TrialConfig config_from_json(const FieldReader& r) {
   c.workers = static_cast<int>(r.integer("workers", c.workers, 0, "an integer in [0, 256]"));
   r.check(c.workers <= 256, r.field("workers"), " must be at most 256, got ", c.workers);
   c.prefetch = static_cast<int>(r.integer("prefetch", c.prefetch, 1, "an integer in [1, 64]"));
+  c.world_size =
+      static_cast<int>(r.integer("world_size", c.world_size, 1, "an integer in [1, 65536]"));
+  r.check(c.world_size <= 65536, r.field("world_size"), " must be at most 65536, got ",
+          c.world_size);
   r.check(c.prefetch <= 64, r.field("prefetch"), " must be at most 64, got ", c.prefetch);
   t.seed = r.unsigned_integer("seed", t.seed);
   t.momentum = r.number("momentum", t.momentum, is_non_negative, "a non-negative number");

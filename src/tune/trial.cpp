@@ -7,7 +7,9 @@ namespace saturate {
 
 std::string TrialConfig::describe() const {
   std::ostringstream s;
-  s << "batch " << train.batch_size << ", " << to_string(train.precision);
+  s << "batch " << train.batch_size;
+  if (world_size > 1) s << " per rank × " << world_size << " ranks";
+  s << ", " << to_string(train.precision);
   if (train.accumulate > 1) s << ", accumulate " << train.accumulate;
   if (train.checkpoint_segments > 0) s << ", checkpoint " << train.checkpoint_segments;
   if (train.memory_format != MemoryFormat::kContiguous) s << ", " << to_string(train.memory_format);

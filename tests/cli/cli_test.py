@@ -1203,6 +1203,56 @@ def case_issue15_launch_forwards_signals(tmp):
             p.wait()
 
 
+def case_issue15_plan_rules_on_the_global_batch(tmp):
+    # A plan's batch is per rank of its world_size; its effective-batch rule is about the global
+    # batch. `train --config` starts the plan's ranks itself when no launcher did.
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+
+    def plan(name, policy, world, batch, lr=0.1):
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            json.dump({"schema_version": 1, "model": "mlp", "data": "idx:" + data,
+                       "config": {"batch_size": batch, "lr": lr, "optimizer": "sgd",
+                                  "schedule": "constant", "threads": 1, "world_size": world},
+                       "effective_batch": {"policy": policy}}, f)
+        return path
+
+    def train(config, *flags):
+        summary = os.path.join(tmp, "summary.json")
+        if os.path.exists(summary):
+            os.remove(summary)
+        code, out, err = run("train", "--config", config, "--steps", "2", "--no-eval", "-q",
+                             "--summary-json", summary, *flags, timeout=180)
+        if code != 0:
+            fail(f"train --config {config} {flags}: exit {code}\n{err}")
+        with open(summary) as f:
+            return json.load(f), err
+
+    rescaled = plan("rescaled.json", "lr_rescaled", 2, 16)
+    s, err = train(rescaled)  # the plan's 2 ranks, started by train itself
+    if (s["world_size"], s["batch_size"], s["lr"]) != (2, 16, 0.1) or "(the plan's world size)" not in err:
+        fail(f"the plan's world: {s['world_size']} ranks of {s['batch_size']}, lr {s['lr']}\n{err}")
+    s, err = train(rescaled, "--ranks", "1")  # global 16 instead of 32: linear rule for SGD
+    if (s["world_size"], s["global_batch_size"]) != (1, 16) or abs(s["lr"] - 0.05) > 1e-12 or \
+            "global batch 16 instead of the plan's 32 (2 × 16): learning rate rescaled" not in err:
+        fail(f"one rank of a 2-rank plan: lr {s['lr']}, expected 0.05\n{err}")
+    kept = plan("kept.json", "kept", 1, 64)
+    s, err = train(kept, "--ranks", "2")  # the plan's global batch, shared by the ranks
+    if (s["world_size"], s["batch_size"], s["global_batch_size"], s["lr"]) != (2, 32, 64, 0.1):
+        fail(f"a kept plan on 2 ranks: {s['batch_size']} per rank, global {s['global_batch_size']}")
+    unchanged = plan("unchanged.json", "unchanged", 1, 32)
+    s, err = train(unchanged, "--ranks", "2")
+    if s["lr"] != 0.1 or "global batch 64 (2 ranks × 32) instead of the plan's 32" not in err or \
+            "rule would give --lr 0.200000" not in err:
+        fail(f"an unchanged plan on 2 ranks should keep lr 0.1 and say what the rule gives:\n{err}")
+    # Under a launcher, --ranks must agree with it.
+    code, out, err = run("train", "--config", unchanged, "--ranks", "3", "--steps", "1",
+                         env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                              "MASTER_PORT": "1"})
+    if code != 2 or "train: --ranks 3, but the launcher (torchrun) started 2 ranks" not in err:
+        fail(f"--ranks against the launcher's world: exit {code}\n{err}")
+
+
 def case_issue15_profile_names_the_slow_rank(tmp):
     # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
     # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows

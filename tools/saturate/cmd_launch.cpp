@@ -16,10 +16,8 @@
 #include "saturate/dist/launcher.h"
 
 namespace saturate::cli {
-namespace {
 
-// This executable, for a command line that starts with one of saturate's commands.
-std::string self_path() {
+std::string self_executable() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   SATURATE_CHECK(n > 0, "launch: cannot find the saturate executable (/proc/self/exe): ",
@@ -27,7 +25,23 @@ std::string self_path() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-}  // namespace
+int report_launch(const LaunchOptions& o, const LaunchResult& r) {
+  if (r.failed_rank >= 0) {
+    const std::string line = "saturate: error: launch: rank " + std::to_string(r.failed_rank) +
+                             " of " + std::to_string(o.nproc_per_node * o.nnodes) +
+                             " failed first: " + r.reason + "\n";
+    std::cerr << line << std::flush;
+  }
+  return r.exit_code;
+}
+
+int run_as_ranks(int ranks, const char* command, const std::vector<std::string>& args) {
+  LaunchOptions o;
+  o.nproc_per_node = ranks;
+  o.command = {self_executable(), command};
+  o.command.insert(o.command.end(), args.begin(), args.end());
+  return report_launch(o, launch(o, std::cout, std::cerr));
+}
 
 int run_launch(const std::vector<std::string>& args) {
   const auto dashes = std::find(args.begin(), args.end(), "--");
@@ -66,14 +80,8 @@ int run_launch(const std::vector<std::string>& args) {
     return o.command[0] == c.name;
   });
   SATURATE_CHECK(o.command[0] != "launch", "launch: the command after '--' cannot be launch");
-  if (is_ours) o.command.insert(o.command.begin(), self_path());
-
-  const LaunchResult r = launch(o, std::cout, std::cerr);
-  if (r.failed_rank >= 0) {
-    std::cerr << "saturate: error: launch: rank " << r.failed_rank << " of "
-              << o.nproc_per_node * o.nnodes << " failed first: " << r.reason << "\n";
-  }
-  return r.exit_code;
+  if (is_ours) o.command.insert(o.command.begin(), self_executable());
+  return report_launch(o, launch(o, std::cout, std::cerr));
 }
 
 }  // namespace saturate::cli

@@ -119,10 +119,12 @@ int run_profile(const std::vector<std::string>& args) {
                "measure the input pipeline alone (no model): can it feed the device?");
   app.add_flag("--json", as_json, "print the profile as JSON");
   if (!parse_args(app, args)) return 0;
-  if (!rf.config.empty()) {
-    const Plan plan = read_plan(rf.config);
-    apply_plan(plan, app, rf);  // leaves --steps alone: a profile, not the plan's whole run
-  }
+  std::optional<Plan> read;
+  if (!rf.config.empty()) read = read_plan(rf.config);
+  if (const int ranks = ranks_to_launch(rf, app, read ? &*read : nullptr, "profile"))
+    return run_as_ranks(ranks, "profile", args);
+  // Leaves --steps alone: a profile, not the plan's whole run.
+  if (read) apply_plan(*read, app, rf, dist_env_from_environment().world_size);
   SATURATE_CHECK(rf.train.steps > 0, "profile: --steps must be positive, got ", rf.train.steps);
   SATURATE_CHECK(window_steps > 0, "profile: --window must be positive, got ", window_steps);
   SATURATE_CHECK(skip_steps >= 0, "profile: --skip-steps must not be negative, got ", skip_steps);

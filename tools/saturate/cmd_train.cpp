@@ -109,9 +109,13 @@ int run_train(const std::vector<std::string>& args) {
   app.add_flag("--no-eval", f.no_eval, "skip the evaluation of the validation and test splits");
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
   if (!parse_args(app, args)) return 0;
-  if (!rf.config.empty()) {
-    const Plan plan = read_plan(rf.config);
-    apply_plan(plan, app, rf);
+  std::optional<Plan> read;
+  if (!rf.config.empty()) read = read_plan(rf.config);
+  if (const int ranks = ranks_to_launch(rf, app, read ? &*read : nullptr, "train"))
+    return run_as_ranks(ranks, "train", args);
+  if (read) {
+    const Plan& plan = *read;
+    apply_plan(plan, app, rf, dist_env_from_environment().world_size);
     SATURATE_LOG_INFO("train: plan ", rf.config, ": ", plan.config.describe(),
                       " (flags given on the command line override it)");
     if (plan.interrupted)

@@ -82,6 +82,12 @@ RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, 
 /// The findings as an indented block for the terminal ("  findings: none" when empty).
 void print_findings(std::ostream& os, const std::vector<Finding>& findings);
 
+/// This saturate executable's path (/proc/self/exe).
+std::string self_executable();
+/// Runs `saturate <command> <args>` as `ranks` data-parallel processes on this node, as
+/// `saturate launch --nproc-per-node ranks` would; returns the job's exit code.
+int run_as_ranks(int ranks, const char* command, const std::vector<std::string>& args);
+
 /// True when stderr is a terminal (progress bars redraw in place).
 bool stderr_is_tty();
 

@@ -103,6 +103,10 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                    "data parallel (under torchrun or srun): auto (NCCL on CUDA, Gloo on CPU), "
                    "gloo or nccl")
         ->capture_default_str();
+    app.add_option("--ranks", f.ranks,
+                   "data-parallel processes to start on this node (as saturate launch does); "
+                   "default the plan's world size, else 1")
+        ->capture_default_str();
     app.add_option("--dist-timeout", f.dist_timeout_s,
                    "data parallel: seconds to wait for the other ranks (rendezvous, "
                    "collectives)")
@@ -110,7 +114,7 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   }
 }
 
-void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f) {
+void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   const TrainOptions& p = plan.config.train;
   TrainOptions& t = f.train;
@@ -141,27 +145,54 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f) {
   if (!given("--val-fraction")) f.val_fraction = plan.quality.val_fraction;
   if (!given("--lr")) t.lr = p.lr;
   if (!given("--accumulate")) t.accumulate = p.accumulate;
+  // The plan's batch is per rank of its world; the rules below are about the global batch
+  // (world × per-rank batch), which is what the optimizer steps on.
+  const int plan_world = plan.config.world_size;
+  const bool same_world = world == plan_world;
   if (!given("--batch-size")) {
     t.batch_size = p.batch_size;
-    return;
+    // "kept": the plan holds the user's global batch; more ranks take fewer samples each.
+    if (!same_world && plan.effective_batch == "kept" &&
+        (p.batch_size * plan_world) % world == 0) {
+      t.batch_size = p.batch_size * plan_world / world;
+      SATURATE_LOG_INFO("train: ", world, " ranks instead of the plan's ", plan_world,
+                        ": batch ", t.batch_size, " per rank keeps the plan's global batch ",
+                        p.batch_size * plan_world);
+    }
   }
-  if (t.batch_size == p.batch_size) return;
-  // Another batch than the plan's: its effective-batch rule applies to the new batch too.
-  if (plan.effective_batch == "lr_rescaled" && !given("--lr")) {
-    t.lr = rescaled_lr(p.lr, p.optimizer, p.batch_size, t.batch_size);
-    SATURATE_LOG_INFO("train: --batch-size ", t.batch_size, " instead of the plan's ",
-                      p.batch_size, ": learning rate rescaled ", format_fixed(p.lr, 6), " → ",
-                      format_fixed(t.lr, 6), " by the plan's rule (",
-                      p.optimizer == OptimizerKind::kSgd ? "linear, SGD" : "square root, AdamW",
-                      ")");
-  } else if (p.accumulate > 1 && !given("--accumulate")) {
-    const int64_t micro = (p.batch_size + p.accumulate - 1) / p.accumulate;
-    t.accumulate = std::max<int64_t>(1, (t.batch_size + micro - 1) / micro);
-    SATURATE_LOG_INFO("train: --batch-size ", t.batch_size, " instead of the plan's ",
-                      p.batch_size, ": ", t.accumulate, " micro-batches of at most ", micro,
-                      " (the plan's micro-batch, which fits in memory)");
-  } else if (!given("--accumulate")) {
-    t.accumulate = 1;
+  const int64_t plan_global = p.batch_size * plan_world, global = t.batch_size * world;
+  if (t.batch_size != p.batch_size && !given("--accumulate")) {
+    if (p.accumulate > 1) {
+      // The plan's micro-batch fits in memory: keep it.
+      const int64_t micro = (p.batch_size + p.accumulate - 1) / p.accumulate;
+      t.accumulate = std::max<int64_t>(1, (t.batch_size + micro - 1) / micro);
+      SATURATE_LOG_INFO("train: batch ", t.batch_size, " per rank instead of the plan's ",
+                        p.batch_size, ": ", t.accumulate, " micro-batches of at most ", micro,
+                        " (the plan's micro-batch, which fits in memory)");
+    } else {
+      t.accumulate = 1;
+    }
+  }
+  if (global == plan_global) return;
+  const std::string change =
+      "global batch " + std::to_string(global) +
+      (world > 1 ? " (" + std::to_string(world) + " ranks × " + std::to_string(t.batch_size) + ")"
+                 : std::string()) +
+      " instead of the plan's " + std::to_string(plan_global) +
+      (plan_world > 1 ? " (" + std::to_string(plan_world) + " × " + std::to_string(p.batch_size) + ")"
+                      : std::string());
+  const double scaled = rescaled_lr(p.lr, p.optimizer, plan_global, global);
+  const char* rule = p.optimizer == OptimizerKind::kSgd ? "linear, SGD" : "square root, AdamW";
+  if (given("--lr")) return;
+  if (plan.effective_batch == "lr_rescaled") {
+    t.lr = scaled;
+    SATURATE_LOG_INFO("train: ", change, ": learning rate rescaled ", format_fixed(p.lr, 6), " → ",
+                      format_fixed(t.lr, 6), " by the plan's rule (", rule, ")");
+  } else if (!same_world) {
+    // The plan made no claim about other batches: say what changed and what the rule would do.
+    SATURATE_LOG_WARN("train: ", change, "; the learning rate stays the plan's ",
+                      format_fixed(p.lr, 6), " (its effective batch is '", plan.effective_batch,
+                      "'); the ", rule, " rule would give --lr ", format_fixed(scaled, 6));
   }
 }
 
@@ -231,6 +262,25 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
 TrainingInput open_recipe_input(const Recipe& r) {
   const int cuda = r.device.is_cuda() ? (r.device.has_index() ? r.device.index() : 0) : -1;
   return open_training_input(r.input, cuda);
+}
+
+int ranks_to_launch(const RecipeFlags& f, const CLI::App& app, const Plan* plan,
+                    const char* command) {
+  const bool given = app.count("--ranks") > 0;
+  SATURATE_CHECK(f.ranks >= 1, command, ": --ranks must be >= 1, got ", f.ranks);
+  const DistEnv env = dist_env_from_environment();
+  if (env.is_distributed()) {
+    SATURATE_CHECK(!given || f.ranks == env.world_size, command, ": --ranks ", f.ranks,
+                   ", but the launcher (", env.launcher, ") started ", env.world_size,
+                   " ranks; leave --ranks out under a launcher");
+    return 0;
+  }
+  const int wanted = given ? f.ranks : plan != nullptr ? plan->config.world_size : 1;
+  if (wanted <= 1) return 0;
+  SATURATE_LOG_INFO(command, ": ", wanted, " data-parallel ranks on this node (",
+                    given ? "--ranks" : "the plan's world size", "), as saturate launch "
+                    "--nproc-per-node ", wanted, " would start them");
+  return wanted;
 }
 
 DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,

@@ -42,6 +42,7 @@ struct RecipeFlags {
   std::string denormals = "flush";  ///< flush | keep
   std::string backend = "auto";     ///< data parallel: auto | gloo | nccl
   double dist_timeout_s = 300;      ///< data parallel: rendezvous and collectives
+  int ranks = 1;  ///< data-parallel processes to start on this node (see ranks_to_launch)
   int threads = 0;
   int workers = 0;
   int prefetch = 2;
@@ -61,7 +62,16 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& flags, RecipeUse use);
 /// given explicitly override the plan, the plan overrides the defaults). A --batch-size that
 /// differs from the plan's re-applies the plan's effective-batch rule (LR rescaled, or the
 /// micro-batch kept through accumulation) and says so in the log.
-void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& flags);
+/// The plan's batch is per rank of its config.world_size; run as `world` ranks, its rules apply
+/// to the global batch (world × per-rank batch): "lr_rescaled" rescales the learning rate,
+/// "kept" gives each rank its share of the plan's global batch, "unchanged" warns.
+void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& flags, int world);
+
+/// How many ranks this command should start on this node before it does anything (0: none,
+/// it runs here): --ranks, else the plan's world size, when no launcher has started this
+/// process as a rank already. Under a launcher, a --ranks other than its world is an error.
+int ranks_to_launch(const RecipeFlags& flags, const CLI::App& app, const Plan* plan,
+                    const char* command);
 
 /// The data-parallel side of a run: the launcher's environment and, when it says there are
 /// several ranks, the joined group and the gradient sync the Trainer takes.

@@ -24,6 +24,9 @@ struct TrialConfig {
   int threads = 0;  ///< intra-op threads; 0 leaves the runner's setting
   int workers = 0;   ///< input-pipeline worker threads (0: batches made on the training thread)
   int prefetch = 2;  ///< batches the input pipeline makes ahead
+  /// Data-parallel processes (ranks) the job runs as; train.batch_size is each rank's, so the
+  /// global batch is world_size × batch_size.
+  int world_size = 1;
 
   /// Micro-batch size: the samples one forward/backward holds in memory at once.
   int64_t micro_batch() const {

@@ -186,6 +186,17 @@ TEST(Plan, ReadsInputPipelineWorkersAndPrefetch) {
   EXPECT_NE(config_error("prefetch", 0).find("config.prefetch"), std::string::npos);
 }
 
+TEST(Plan, Issue15_WorldSizeIsReadWrittenAndChecked) {
+  EXPECT_EQ(plan_from_json(plan_with_config("threads", 1), "p.json").config.world_size, 1);
+  const Plan p = plan_from_json(plan_with_config("world_size", 2), "p.json");
+  EXPECT_EQ(p.config.world_size, 2);
+  EXPECT_EQ(to_json(p)["config"]["world_size"], 2);
+  EXPECT_EQ(p.config.describe().rfind("batch 128 per rank × 2 ranks, ", 0), 0u) << p.config.describe();
+  EXPECT_EQ(config_error("world_size", 0),
+            "plan.json: config.world_size must be an integer in [1, 65536], got 0");
+  EXPECT_CONTAINS(config_error("world_size", 70000), "config.world_size must be at most 65536");
+}
+
 TEST(Plan, BadBatchSizeNamesTheFileTheFieldAndTheValue) {
   const std::string e = config_error("batch_size", -3);
   EXPECT_EQ(e, "plan.json: config.batch_size must be a positive integer, got -3");
