@@ -360,7 +360,8 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
     r.running = true;
   }
   if (devnull >= 0) close(devnull);
-  SATURATE_LOG_INFO("launch: ", o.nproc_per_node, " rank(s) on node ", o.node_rank, " of ",
+  if (!o.quiet)
+    SATURATE_LOG_INFO("launch: ", o.nproc_per_node, " rank(s) on node ", o.node_rank, " of ",
                     o.nnodes, " (world ", world, "), store ", addr, ":", result.master_port);
 
   // Relay output and watch for the end of each rank until all have ended and said all.

@@ -1253,6 +1253,68 @@ def case_issue15_plan_rules_on_the_global_batch(tmp):
         fail(f"--ranks against the launcher's world: exit {code}\n{err}")
 
 
+def case_issue15_tune_measures_ranks_against_threads(tmp):
+    # On CPU the ranks stage runs the plan as 1 process × all cores and as 2 processes × half,
+    # through train itself, and keeps the faster; train --config then runs what it kept.
+    # Samples that cost 300 us each to make: one process decodes them on one core (its workers
+    # compete with its training thread), two processes on two. Usually 2 ranks win here.
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
+                         "--batch-size", "64", "--budget-s", "60", "--max-ranks", "2",
+                         "--out", plan_path, timeout=240)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    [stage] = [s for s in plan["stages"] if s["name"] == "ranks"]
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        if "one usable core" not in stage["why"]:
+            fail(f"ranks stage on one core: {stage}")
+        print("one usable core: the ranks stage says so and runs nothing")
+        return
+    trials = [t for t in plan["trials"] if t["stage"] == "ranks"]
+    worlds = sorted(t["config"]["world_size"] for t in trials)
+    if worlds != [1, 1, 2, 2] or any(t["samples_per_s"] <= 0 for t in trials):
+        fail(f"ranks trials: {[(t['config']['world_size'], t['samples_per_s']) for t in trials]}")
+    # The same global batch either way (rounded down to split evenly over the ranks).
+    global_batch = plan["config"]["batch_size"] * plan["config"]["world_size"]
+    ones = [t for t in trials if t["config"]["world_size"] == 1]
+    for t in trials:
+        g = t["config"]["batch_size"] * t["config"]["world_size"]
+        if not ones[0]["config"]["batch_size"] - 1 <= g <= ones[0]["config"]["batch_size"]:
+            fail(f"ranks trial global batch {g} vs one process's {ones[0]['config']['batch_size']}")
+    if "1 rank × 2 threads" not in stage["why"] or "2 ranks × 1 thread" not in stage["why"]:
+        fail(f"ranks stage why: {stage['why']}")
+    want_world = 2 if stage["changed"] else 1
+    if plan["config"]["world_size"] != want_world:
+        fail(f"stage changed={stage['changed']} but config world_size {plan['config']['world_size']}")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, "--steps", "4", "--no-eval", "-q",
+                         "--summary-json", summary, timeout=120)
+    if code != 0:
+        fail(f"train --config exit {code}\n{err}")
+    with open(summary) as f:
+        s = json.load(f)
+    if s["world_size"] != want_world or s["global_batch_size"] != global_batch:
+        fail(f"train --config ran {s['world_size']} ranks of {s['batch_size']}")
+    print(f"ranks stage: {stage['why']}")
+    # A model with BatchNorm: each rank's statistics would come from its half of the batch.
+    ten = make_idx_dir(os.path.join(tmp, "ten"), n_train=512, n_test=64, classes=10)
+    code, out, err = run("tune", "--data", "idx:" + ten, "--model",
+                         os.path.join(ARGS.fixtures, "tiny_cnn.pt"), "--batch-size", "32",
+                         "--budget-s", "20", "--max-ranks", "2",
+                         "--out", os.path.join(tmp, "bn.json"), timeout=240)
+    if code != 0:
+        fail(f"tune of a BatchNorm model: exit {code}\n{err}")
+    with open(os.path.join(tmp, "bn.json")) as f:
+        bn = json.load(f)
+    [stage] = [s for s in bn["stages"] if s["name"] == "ranks"]
+    if "BatchNorm statistics" not in stage["why"] or bn["config"]["world_size"] != 1 or \
+            any(t["stage"] == "ranks" for t in bn["trials"]):
+        fail(f"the ranks stage ran on a BatchNorm model: {stage}")
+
+
 def case_issue15_profile_names_the_slow_rank(tmp):
     # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
     # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows

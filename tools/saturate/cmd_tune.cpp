@@ -2,12 +2,14 @@
 // saturate tune: the staged search for the fastest configuration that keeps quality, written
 // as a plan that `saturate train --config` runs.
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "command.h"
 #include "recipe.h"
+#include "tune_ranks.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
 #include "saturate/core/units.h"
@@ -16,6 +18,7 @@
 #include "saturate/device/device_spec.h"
 #include "saturate/device/probe.h"
 #include "saturate/device/threads.h"
+#include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/tune/plan.h"
@@ -145,6 +148,10 @@ int run_tune(const std::vector<std::string>& args) {
   app.add_option("--budget-s", o.budget_s,
                  "wall-time budget of the whole tune in seconds, guard included (0 = none)")
       ->capture_default_str();
+  int max_ranks = 0;
+  app.add_option("--max-ranks", max_ranks,
+                 "on CPU, the most data-parallel processes the ranks stage tries against one "
+                 "(1 skips it; default: the usable cores)");
   app.add_option("--out", out_path, "where to write the plan")->capture_default_str();
   if (!parse_args(app, args)) return 0;
 
@@ -217,6 +224,26 @@ int run_tune(const std::vector<std::string>& args) {
   plan.denormals = rf.denormals;
   plan.quality.val_fraction = rf.val_fraction;
   plan.quality.val_samples = input.splits.validation.size();
+  // Processes × threads: measured through train itself, as the plan will run. Not when this
+  // tune is itself one rank of a job (the launcher chose the processes).
+  SATURATE_CHECK(max_ranks >= 0, "tune: --max-ranks must be >= 0, got ", max_ranks);
+  if (!plan.interrupted && !dist_env_from_environment().is_distributed()) {
+    RanksStageInput ri;
+    ri.on_cpu = recipe.device.is_cpu();
+    ri.cores = usable_cores();
+    ri.max_ranks = max_ranks > 0 ? max_ranks : ri.cores;
+    {
+      auto m = make_model(rf.model, {input.sample_shape, input.num_classes});
+      ri.model_has_buffers = m->state_tensors().size() > m->parameters().size();
+    }
+    ri.budget_left_s = o.budget_s > 0 ? std::max(0.0, o.budget_s - plan.tune_wall_s) : -1.0;
+    ri.stop = &g_interrupted;
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t stages = plan.stages.size();
+    tune_ranks(plan, ri);
+    if (plan.stages.size() > stages) print_stage(std::cout, plan.stages.back());
+    plan.tune_wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   const std::vector<Finding> findings =
       plan_findings(plan, recipe, runner.memory_limit_bytes());
   nlohmann::json plan_json = to_json(plan);

@@ -29,6 +29,7 @@ struct LaunchOptions {
   std::vector<std::string> command;
   double grace_s = 10;  ///< after a failure or a forwarded signal, before SIGKILL
   bool prefix = true;   ///< "[rank N] " before each line of the ranks' output
+  bool quiet = false;   ///< no info line at the start (warnings about failures stay)
 };
 
 struct LaunchResult {
