@@ -122,6 +122,19 @@ at::Tensor Trainer::layout(const at::Tensor& x) const {
   return at::empty_like(x, at::MemoryFormat::ChannelsLast).copy_(x);
 }
 
+void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
+  for (int64_t b = begin; b < batch; b += micro) {
+    const bool last = std::min(batch, b + micro) == batch;
+    if (b != begin) sync_->before_forward(last);  // buffers broadcast, as on the other ranks
+    if (!last) continue;                          // their backward there is local
+    sync_->before_backward(true);
+    // Every parameter's gradient hook fires, so every bucket's all-reduce runs (with zeros).
+    at::Tensor zero = torch::zeros({}, state_->params.front().options());
+    for (const at::Tensor& p : state_->params) zero = zero + p.sum() * 0;
+    zero.backward();
+  }
+}
+
 at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, StepRecord& r,
                                PhaseTimer* timer) {
   const at::Tensor x = layout(batch_x);
@@ -136,13 +149,17 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
     const bool last = end == batch;  // only the last micro-batch synchronises gradients
     if (sync_) sync_->before_forward(last);
     at::Tensor loss;
-    {
+    try {
       AutocastScope autocast(options_.precision, device_.type());
       at::Tensor logits = model_.forward(x.slice(0, begin, end));
       // The loss in fp32 whatever the forward ran in; weighted by the micro-batch's share so
       // the accumulated gradient is the mean over the whole batch.
       loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), y.slice(0, begin, end)) *
              (static_cast<double>(end - begin) / static_cast<double>(batch));
+    } catch (const c10::OutOfMemoryError&) {
+      if (options_.agree_on_oom && sync_ && sync_->world_size() > 1)
+        stand_in_for_step(begin, batch, micro);
+      throw;
     }
     if (timer) timer->mark(Phase::kForward);
     if (sync_) sync_->before_backward(last);
@@ -270,12 +287,15 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
     set_lr(*state_->optimizer, r.lr);
     at::Tensor loss;
+    const bool agree_on_oom = options_.agree_on_oom && sync_ && sync_->world_size() > 1;
+    std::string oom;  // this rank's out-of-memory message, when agree_on_oom
     try {
       loss = train_step(x, y, r, &timer);
     } catch (const Error&) {
       throw;
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
+    } catch (const c10::OutOfMemoryError& e) {
+      if (!agree_on_oom) throw;
+      oom = first_line(e.what_without_backtrace());
     } catch (const std::exception& e) {
       // A model written for NCHW (a view() of a conv output) fails in the other layout: say
       // which setting to change rather than only what LibTorch saw.
@@ -284,7 +304,21 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
                      to_string(options_.memory_format), " (", error_gist(e),
                      "); use --memory-format contiguous");
     }
+    // Data parallel trials: did any rank run out of memory in this step? Asked outside the
+    // timed step (its all-reduce is not the step's), by a rank that did straight away.
+    auto agree = [&] {
+      std::vector<double> votes = {oom.empty() ? 0.0 : 1.0};
+      sync_->sum_across_ranks(votes);
+      if (votes[0] == 0) return;
+      TORCH_CHECK_WITH(OutOfMemoryError, false,
+                       oom.empty() ? "another rank ran out of memory in step " +
+                                         std::to_string(step) +
+                                         " (data parallel: one rank's out-of-memory is every rank's)"
+                                   : oom);
+    };
+    if (agree_on_oom && !oom.empty()) agree();
     const int64_t ticket = timer.finish();
+    if (agree_on_oom) agree();
     const int64_t faults_after = minor_page_faults();
     if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
     // Allocations happen at enqueue time, so the peak is known now even on CUDA.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include <torch/torch.h>
@@ -14,6 +15,8 @@
 #include "saturate/core/strings.h"
 #include "saturate/data/loader.h"
 #include "saturate/device/device_memory.h"
+#include "saturate/dist/data_parallel.h"
+#include "saturate/dist/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
@@ -64,6 +67,48 @@ Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
   return m;
 }
 
+// Under data parallel, what every rank takes from a trial: fits where all fit, the largest
+// peak, rank 0's numbers. `numbers` are this rank's (rank 0's come back); the result is whether
+// every rank fit.
+bool agree(DistGroup* group, bool fits, int64_t& peak, std::vector<double>& numbers) {
+  if (group == nullptr) return fits;
+  std::string mine(sizeof(double) * (numbers.size() + 2), '\0');
+  std::vector<double> packed = {fits ? 1.0 : 0.0, static_cast<double>(peak)};
+  packed.insert(packed.end(), numbers.begin(), numbers.end());
+  std::memcpy(mine.data(), packed.data(), mine.size());
+  const std::vector<std::string> all = group->allgather_bytes(mine);
+  bool every = true;
+  for (const std::string& b : all) {
+    std::vector<double> v(b.size() / sizeof(double));
+    std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
+    every = every && v.size() >= 2 && v[0] != 0;
+    if (v.size() >= 2) peak = std::max(peak, static_cast<int64_t>(v[1]));
+  }
+  std::vector<double> first(all[0].size() / sizeof(double));
+  std::memcpy(first.data(), all[0].data(), first.size() * sizeof(double));
+  numbers.assign(first.begin() + 2, first.end());
+  return every;
+}
+
+std::vector<double> pack(const Measurement& m) {
+  const PhaseBreakdown& p = m.phases;
+  std::vector<double> v = {m.samples_per_s,   m.spread,        m.loss,
+                           p.data_wait_ms,    p.host_to_device_ms, p.forward_ms,
+                           p.backward_ms,     p.optimizer_ms,  p.communication_ms,
+                           p.other_ms,        p.step_ms};
+  v.insert(v.end(), m.step_samples_per_s.begin(), m.step_samples_per_s.end());
+  return v;
+}
+
+void unpack(const std::vector<double>& v, Measurement& m) {
+  if (v.size() < 11) return;
+  PhaseBreakdown& p = m.phases;
+  m.samples_per_s = v[0], m.spread = v[1], m.loss = v[2];
+  p.data_wait_ms = v[3], p.host_to_device_ms = v[4], p.forward_ms = v[5], p.backward_ms = v[6];
+  p.optimizer_ms = v[7], p.communication_ms = v[8], p.other_ms = v[9], p.step_ms = v[10];
+  m.step_samples_per_s.assign(v.begin() + 11, v.end());
+}
+
 }  // namespace
 
 TorchTrialRunner::TorchTrialRunner(std::string model_spec, const TrainingInput& input,
@@ -82,10 +127,18 @@ TorchTrialRunner::TorchTrialRunner(std::string model_spec, const TrainingInput& 
                                                         : input.splits.test;
 }
 
+void TorchTrialRunner::set_data_parallel(DistGroup* group) {
+  group_ = group;
+  if (group_ == nullptr) return;
+  const int64_t world = group_->world_size();
+  max_batch_ = std::max<int64_t>(1, std::min(max_batch_, (input_.source->size() + world - 1) / world));
+}
+
 ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions& o,
                                         MemorySink& sink, TrainSummary* summary,
                                         const std::function<void(Trainer&)>& after_fit) {
   std::unique_ptr<Model> model;
+  std::unique_ptr<GradientSync> sync;
   std::unique_ptr<Trainer> trainer;
   // Building the model and optimizer is part of what must fit, and so are the Loader's
   // buffers: the pipeline `train` builds for the same flags.
@@ -93,22 +146,33 @@ ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions
   // must: the run's tensors freed, then the cache.
   struct Cleanup {
     std::unique_ptr<Model>& model;
+    std::unique_ptr<GradientSync>& sync;
     std::unique_ptr<Trainer>& trainer;
     DeviceMemory& memory;
     ~Cleanup() {
       trainer.reset();
+      sync.reset();
       model.reset();
       memory.release_cached();
     }
-  } cleanup{model, trainer, memory_};
+  } cleanup{model, sync, trainer, memory_};
   const ProbeResult p = probe_once(
       [&] {
         seed_everything(o.seed);
         model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
-        trainer = std::make_unique<Trainer>(*model, o, device_, &memory_);
+        TrainOptions run = o;
+        if (group_) {
+          sync = make_data_parallel(*group_);
+          run.agree_on_oom = true;
+        }
+        trainer = std::make_unique<Trainer>(*model, run, device_, &memory_, sync.get());
         {
-          Loader loader(*input_.source,
-                        input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch));
+          LoaderOptions lo = input_.loader_options(o.batch_size, o.seed, c.workers, c.prefetch);
+          if (group_) {
+            lo.rank = group_->rank();
+            lo.world = group_->world_size();
+          }
+          Loader loader(*input_.source, lo);
           const TrainSummary s = trainer->fit(loader, eval_, &sink);
           if (summary) *summary = s;
         }
@@ -153,6 +217,18 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   out.steps_run = static_cast<int64_t>(sink.records().size()) + (out.fits ? 0 : 1);
   out.measurement = measure(sink.records(), warmup);
   out.measurement.peak_memory_bytes = std::max(out.measurement.peak_memory_bytes, p.peak_bytes);
+  std::vector<double> numbers = pack(out.measurement);
+  numbers.push_back(static_cast<double>(out.steps_run));
+  out.fits = agree(group_, out.fits, out.measurement.peak_memory_bytes, numbers);
+  out.steps_run = static_cast<int64_t>(numbers.back());
+  numbers.pop_back();
+  unpack(numbers, out.measurement);
+  if (group_) {
+    // The job's rate: the ranks step together, each on its own samples.
+    const double world = group_->world_size();
+    out.measurement.samples_per_s *= world;
+    for (double& v : out.measurement.step_samples_per_s) v *= world;
+  }
   return out;
 }
 
@@ -192,6 +268,15 @@ EvalTrial TorchTrialRunner::evaluate(const TrialConfig& c, int64_t eval_batch, i
   out.fits = p.outcome == ProbeOutcome::kFits;
   out.peak_memory_bytes = p.peak_bytes;
   if (out.fits && seconds > 0) out.samples_per_s = static_cast<double>(out.samples) / seconds;
+  std::vector<double> numbers = {out.samples_per_s, static_cast<double>(out.samples)};
+  out.fits = agree(group_, out.fits, out.peak_memory_bytes, numbers);
+  out.samples_per_s = numbers[0];
+  out.samples = static_cast<int64_t>(numbers[1]);
+  if (group_) {
+    // Each rank scored its shard of the batches: the job evaluated world times as many.
+    out.samples_per_s *= group_->world_size();
+    out.samples *= group_->world_size();
+  }
   return out;
 }
 
@@ -210,9 +295,27 @@ QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t sa
   QualityRun q;
   q.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   q.peak_memory_bytes = std::max(p.peak_bytes, s.peak_memory_bytes);
-  if (p.outcome != ProbeOutcome::kFits) {
-    q.fits = false;
-    return q;
+  {
+    // Rank 0's numbers for every rank (the validation metric is the job's already: each rank
+    // scores its shard and the sums are added).
+    std::vector<double> numbers = {q.wall_s, static_cast<double>(s.samples), s.val_accuracy,
+                                   s.val_loss};
+    for (const StepRecord& r : sink.records()) numbers.push_back(r.loss);
+    const bool fits = agree(group_, p.outcome == ProbeOutcome::kFits, q.peak_memory_bytes, numbers);
+    if (!fits) {
+      q.fits = false;
+      return q;
+    }
+    q.wall_s = numbers[0];
+    s.samples = static_cast<int64_t>(numbers[1]);
+    s.val_accuracy = numbers[2];
+    s.val_loss = numbers[3];
+    sink = MemorySink();
+    for (size_t i = 4; i < numbers.size(); ++i) {
+      StepRecord r;
+      r.loss = numbers[i];
+      sink.on_step(r);
+    }
   }
   q.samples = s.samples;
   q.validation_metric = std::isnan(s.val_accuracy) ? 0.0 : s.val_accuracy;

@@ -100,7 +100,10 @@ class Tuner {
   }
 
  private:
-  double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  double elapsed_s() const {
+    if (o_.elapsed_s) return o_.elapsed_s();
+    return std::chrono::duration<double>(Clock::now() - start_).count();
+  }
   double left_s() const {
     return o_.budget_s > 0 ? o_.budget_s - elapsed_s() : std::numeric_limits<double>::infinity();
   }

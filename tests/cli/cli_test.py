@@ -1315,6 +1315,41 @@ def case_issue15_tune_measures_ranks_against_threads(tmp):
         fail(f"the ranks stage ran on a BatchNorm model: {stage}")
 
 
+def case_issue15_tune_under_a_launcher(tmp):
+    # 2 ranks tune one job: trials are data parallel, out-of-memory decided for all (the batch
+    # search's probes past the limit end on both ranks, none hangs), rank 0 alone reports and
+    # writes a plan of world size 2 and per-rank batch, which train --config runs as 2 ranks.
+    data = make_idx_dir(tmp, n_train=1024, n_test=64)
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("launch", "--nproc-per-node", "2", "--", "tune", "--data", "idx:" + data,
+                         "--model", "fmnist-cnn", "--batch-size", "16", "--budget-s", "40",
+                         "--memory-limit", "48MiB", "--out", plan_path, timeout=240)
+    if code != 0:
+        fail(f"tune under launch: exit {code}\n{out}\n{err}")
+    if "[rank 1]   baseline" in out or out.count("  baseline  ") != 1 or \
+            "2 ranks × 1 threads" not in out:
+        fail(f"rank 0 alone should report the tune of 2 ranks:\n{out}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    c = plan["config"]
+    ooms = [t for t in plan["trials"] if t["outcome"] == "oom"]
+    if c["world_size"] != 2 or not ooms or any(t["config"]["world_size"] != 2 for t in plan["trials"]):
+        fail(f"plan: world {c['world_size']}, {len(ooms)} OOM trials")
+    # Each rank's share of 48 MiB: the plan's per-rank batch fits under it.
+    if plan["tuned"]["peak_memory_bytes"] > 48 * 2**20:
+        fail(f"tuned peak {plan['tuned']['peak_memory_bytes']} over the limit")
+    if any(s["name"] == "ranks" for s in plan["stages"]):
+        fail("the ranks stage ran inside a launched tune")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, "--steps", "4", "--no-eval", "-q",
+                         "--summary-json", summary, timeout=120)
+    with open(summary) as f:
+        s = json.load(f)
+    if code != 0 or s["world_size"] != 2 or s["batch_size"] != c["batch_size"]:
+        fail(f"train --config: exit {code}, {s.get('world_size')} ranks of {s.get('batch_size')}")
+    print(f"plan: {c['batch_size']} per rank × 2, {len(ooms)} out-of-memory trials agreed")
+
+
 def case_issue15_profile_names_the_slow_rank(tmp):
     # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
     # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows

@@ -5,6 +5,8 @@
 //
 //   dist_worker collectives [TIMEOUT_S]
 //   dist_worker equivalence [TIMEOUT_S]   W ranks of batch B vs one process of batch W·B
+//   dist_worker oom_one_rank              rank 1 runs out of memory alone: both trials end OOM
+//   dist_worker oom_one_rank_unagreed     the same without agree_on_oom: rank 0 times out
 //   dist_worker nccl                      NCCL on cuda:LOCAL_RANK (exit 77 without a GPU)
 //   dist_worker equivalence_batchnorm     the same with BatchNorm (a small CNN), against one
 //                                         process accumulating the ranks' micro-batches
@@ -19,10 +21,12 @@
 #include "saturate/core/error.h"
 #include "saturate/data/loader.h"
 #include "saturate/data/sample_source.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/dist/data_parallel.h"
 #include "saturate/dist/dist_env.h"
 #include "saturate/dist/process_group.h"
 #include "saturate/models/model.h"
+#include "saturate/train/probe.h"
 #include "saturate/train/trainer.h"
 #include "testing/pattern_dataset.h"
 
@@ -256,6 +260,41 @@ void equivalence_batchnorm(DistGroup& g) {
   }
 }
 
+// Rank 1 gets a memory budget its forward cannot fit, rank 0 none. With agree_on_oom both
+// trials end as out of memory at the same step and the group goes on working; without it
+// (`agree` false) rank 0 waits in the gradient all-reduce for a rank that left, until the
+// group's timeout.
+void oom_one_rank(DistGroup& g, bool agree) {
+  const auto data = testing::make_pattern_splits(512, 32);
+  auto source = make_sample_source(data.train);
+  TrainOptions o;
+  o.batch_size = 256;
+  o.steps = 3;
+  o.optimizer = OptimizerKind::kSgd;
+  o.evaluate = false;
+  o.agree_on_oom = agree;
+  auto memory = make_device_memory(c10::Device("cpu"), g.rank() == 1 ? int64_t{8} << 20 : 0);
+  seed_everything(1);
+  auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
+  auto sync = make_data_parallel(g);
+  LoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.rank = g.rank();
+  lo.world = g.world_size();
+  const ProbeResult p = probe_once(
+      [&] {
+        Trainer trainer(*model, o, c10::Device("cpu"), memory.get(), sync.get());
+        Loader loader(*source, lo);
+        trainer.fit(loader, data);
+      },
+      *memory);
+  EXPECT_OR_FAIL(p.outcome == ProbeOutcome::kOutOfMemory, "rank ", g.rank(),
+                 ": the trial fit, expected out of memory");
+  std::cout << "rank " << g.rank() << ": " << p.message << std::endl;
+  // Every rank left the trial at the same point: the group still agrees.
+  collectives(g);
+}
+
 // NCCL on this process's GPU: collectives on CUDA tensors, then training steps whose gradients
 // go through the reducer's CUDA buckets and NCCL (a world of one on a one-GPU machine: the sum
 // is the rank's own, so the steps are the plain ones).
@@ -301,6 +340,8 @@ int main(int argc, char** argv) {
     else if (mode == "equivalence") saturate::equivalence(*g);
     else if (mode == "equivalence_batchnorm") saturate::equivalence_batchnorm(*g);
     else if (mode == "nccl") saturate::nccl(*g, device);
+    else if (mode == "oom_one_rank") saturate::oom_one_rank(*g, true);
+    else if (mode == "oom_one_rank_unagreed") saturate::oom_one_rank(*g, false);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

@@ -9,6 +9,8 @@ Cases:
   equivalence       2 ranks of batch 16 take one process's steps of batch 32 (accumulate 1, 2)
   equivalence_batchnorm  the same with a BatchNorm CNN against one process that
                     accumulates the ranks' micro-batches
+  oom_one_rank      rank 1 runs out of memory alone: both trials end out of memory (and,
+                    without the agreement, rank 0 times out)
   store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
 """
 import argparse
@@ -75,6 +77,29 @@ def case_equivalence(args):
 
 def case_equivalence_batchnorm(args):
     all_ranks_ok(args, "equivalence_batchnorm", 2, 110)
+
+
+def case_oom_one_rank(args):
+    # One rank's out-of-memory ends the trial on both, at once; without the agreement the other
+    # rank waits in its all-reduce until the group's timeout (5 s here) and fails.
+    t0 = time.time()
+    port = free_port()
+    procs = [start([args.worker, "oom_one_rank", "30"], r, 2, port) for r in range(2)]
+    for r, (code, o, e) in enumerate(wait_all(procs, 60)):
+        if code != 0 or f"rank {r} ok" not in o:
+            fail(f"rank {r}: exit {code}\n{o}\n{e}")
+        if r == 0 and "another rank ran out of memory" not in o:
+            fail(f"rank 0 does not say another rank ran out of memory:\n{o}")
+    took = time.time() - t0
+    if took > 25:
+        fail(f"the agreed OOM took {took:.1f} s")
+    port = free_port()
+    procs = [start([args.worker, "oom_one_rank_unagreed", "5"], r, 2, port) for r in range(2)]
+    results = wait_all(procs, 60)
+    if results[0][0] == 0:
+        fail(f"without the agreement rank 0 still passed:\n{results[0][1]}\n{results[0][2]}")
+    print(f"agreed: both ranks out of memory in {took:.1f} s; unagreed: rank 0 exit "
+          f"{results[0][0]}: {results[0][2].strip().splitlines()[-1][:200]}")
 
 
 def case_store_unreachable(args):

@@ -198,7 +198,8 @@ int run_profile(const std::vector<std::string>& args) {
                                                            : std::nan("");
   const std::string device = recipe.device.str();
 
-  RunFacts facts = environment_facts(probe, recipe.device, threads,
+  // The node's ranks share its cores: the threads at work are every local rank's.
+  RunFacts facts = environment_facts(probe, recipe.device, threads * dp.env.local_world_size,
                                      peak_flops > 0 ? peak_flops / 1e9 : -1.0);
   facts.steps = records.records();
   facts.warmup_steps = opts.timing_warmup_steps;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate tune: the staged search for the fastest configuration that keeps quality, written
 // as a plan that `saturate train --config` runs.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -57,8 +59,11 @@ void print_stage(std::ostream& out, const PlanStage& s) {
 }
 
 // What still holds the tuned configuration back, from its measured step breakdown.
-std::vector<Finding> plan_findings(const Plan& plan, const Recipe& recipe, int64_t limit_bytes) {
-  RunFacts facts = environment_facts(recipe.probe, recipe.device, plan.config.threads,
+std::vector<Finding> plan_findings(const Plan& plan, const Recipe& recipe, int64_t limit_bytes,
+                                   int local_ranks) {
+  // The node's ranks share its cores: the threads at work are every local rank's.
+  RunFacts facts = environment_facts(recipe.probe, recipe.device,
+                                     plan.config.threads * std::max(1, local_ranks),
                                      recipe.device.is_cpu() ? measure_gemm_gflops(512, 5) : -1.0);
   StepRecord tuned_step;
   const PhaseBreakdown& ph = plan.tuned.phases;
@@ -165,9 +170,12 @@ int run_tune(const std::vector<std::string>& args) {
   SATURATE_CHECK(rf.val_fraction > 0 && rf.val_fraction < 0.5,
                  "tune: --val-fraction must be in (0, 0.5): the guard judges changes on "
                  "held-out training data, got ", rf.val_fraction);
-  check_writable(out_path, "--out");  // before any work
+  // Under a launcher every rank tunes the same job and rank 0 reports and writes the plan.
+  const bool reports = dist_env_from_environment().rank == 0;
+  if (reports) check_writable(out_path, "--out");  // before any work
   rf.train.evaluate = false;
   const Recipe recipe = resolve_recipe(rf, "tune");
+  DataParallelRun dp = join_data_parallel(rf, recipe, "tune");
   TrialConfig base;
   base.train = recipe.train;
   base.threads = recipe.threads;
@@ -193,16 +201,43 @@ int run_tune(const std::vector<std::string>& args) {
   o.eval_samples = input.splits.validation.size();
   o.tune_eval_batch = app.count("--eval-batch-size") == 0;  // a given one is only checked
   // After the data is loaded: the budget is for training, not the dataset.
-  auto memory = make_device_memory(recipe.device, recipe.memory_limit_bytes);
-  TorchTrialRunner runner(rf.model, input, recipe.device, *memory, o.search.max_batch);
+  // The ranks of a CPU node share its memory: without a --memory-limit each plans for its share.
+  int64_t memory_limit = recipe.memory_limit_bytes;
+  if (dp.group && dp.device.is_cpu() && memory_limit == 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0)
+      memory_limit = static_cast<int64_t>(pages) * page / std::max(1, dp.env.local_world_size);
+  }
+  auto memory = make_device_memory(dp.device, memory_limit);
+  TorchTrialRunner runner(rf.model, input, dp.device, *memory, o.search.max_batch);
+  // Data parallel: trials are the job's (every rank its shard, gradients averaged), outcomes
+  // agreed, and budget and Ctrl-C decided on rank 0's clock, so the ranks never part ways.
+  std::atomic<bool> agreed_stop{false};
+  if (dp.group) {
+    runner.set_data_parallel(dp.group.get());
+    base.world_size = dp.env.world_size;
+    const auto start = std::chrono::steady_clock::now();
+    DistGroup* group = dp.group.get();
+    o.elapsed_s = [group, start, &agreed_stop] {
+      const double mine =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const auto all = group->allgather({mine, g_interrupted.load() ? 1.0 : 0.0});
+      for (const auto& r : all) agreed_stop = agreed_stop || r[1] != 0;
+      return all[0][0];
+    };
+    o.stop = &agreed_stop;
+  }
 
   // The header waits for the first stage: a model that cannot run one step fails before any
   // output.
   bool header_printed = false;
   Plan plan = tune(runner, base, o, [&](const PlanStage& s) {
+    if (!reports) return;
     if (!header_printed) {
       std::cout << "saturate tune: " << rf.model << " on " << rf.data << ", "
-                << recipe.device.str() << ", " << recipe.threads << " threads, memory "
+                << dp.device.str() << ", "
+                << (dp.group ? std::to_string(dp.env.world_size) + " ranks × " : std::string())
+                << recipe.threads << " threads, memory "
                 << format_bytes(runner.memory_limit_bytes()) << " less "
                 << format_fixed(100 * o.search.reserve, 0) << "% reserve, "
                 << input.splits.validation.size() << " samples held out for validation";
@@ -213,6 +248,7 @@ int run_tune(const std::vector<std::string>& args) {
     print_stage(std::cout, s);
     std::cout.flush();
   });
+  if (!reports) return static_cast<int>(plan.interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
   plan.model = rf.model;
   plan.data = rf.data;
   plan.device = recipe.device.str();
@@ -245,7 +281,8 @@ int run_tune(const std::vector<std::string>& args) {
     plan.tune_wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const std::vector<Finding> findings =
-      plan_findings(plan, recipe, runner.memory_limit_bytes());
+      plan_findings(plan, recipe, runner.memory_limit_bytes(),
+                    dp.group ? dp.env.local_world_size : plan.config.world_size);
   nlohmann::json plan_json = to_json(plan);
   plan_json["findings"] = findings_to_json(findings);
   plan_json["context"] = run_context(recipe.probe, recipe.device.str());

@@ -98,15 +98,16 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "evaluate the validation split every N steps as well as at the end; 0 = at "
                  "the end")
       ->capture_default_str();
-  if (use != RecipeUse::kTune) {
+  {
     app.add_option("--backend", f.backend,
                    "data parallel (under torchrun or srun): auto (NCCL on CUDA, Gloo on CPU), "
                    "gloo or nccl")
         ->capture_default_str();
-    app.add_option("--ranks", f.ranks,
-                   "data-parallel processes to start on this node (as saturate launch does); "
-                   "default the plan's world size, else 1")
-        ->capture_default_str();
+    if (use != RecipeUse::kTune)
+      app.add_option("--ranks", f.ranks,
+                     "data-parallel processes to start on this node (as saturate launch does); "
+                     "default the plan's world size, else 1")
+          ->capture_default_str();
     app.add_option("--dist-timeout", f.dist_timeout_s,
                    "data parallel: seconds to wait for the other ranks (rendezvous, "
                    "collectives)")

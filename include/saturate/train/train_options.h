@@ -58,6 +58,12 @@ struct TrainOptions {
   int64_t checkpoint_segments = 0;
   /// Layout of image inputs and 4-D weights (channels-last needs [N, C, H, W] inputs).
   MemoryFormat memory_format = MemoryFormat::kContiguous;
+  /// Data parallel: after every step the ranks agree whether any ran out of memory, and then
+  /// every rank throws c10::OutOfMemoryError, so one rank's OOM ends the run on all of them at
+  /// the same point instead of leaving them waiting in a collective (the tuner's trials set
+  /// it). A rank whose forward runs out of memory stands in for the rest of its step (zero
+  /// gradients through the same collectives). Costs one small all-reduce per step.
+  bool agree_on_oom = false;
   /// Dynamic loss scaling; used only with fp16 (bf16 and fp32 need none).
   GradScalerOptions scaler;
 

@@ -104,6 +104,9 @@ class Trainer {
   // backward, (scaled) optimizer step. Marks forward/backward/optimizer on `timer` (may be
   // null), sets loss scale and the skipped flag, and returns the step's loss as a device
   // tensor (reading it would wait for the device).
+  // After a forward ran out of memory at micro-batch `begin`: the collectives the other ranks
+  // make in the rest of the step, with zero gradients.
+  void stand_in_for_step(int64_t begin, int64_t batch, int64_t micro);
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
 

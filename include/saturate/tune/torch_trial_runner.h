@@ -23,6 +23,7 @@
 namespace saturate {
 
 class DeviceMemory;
+class DistGroup;
 class MemorySink;
 class Trainer;
 struct ProbeResult;
@@ -41,6 +42,15 @@ class TorchTrialRunner : public TrialRunner {
   QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override;
   EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) override;
   int64_t memory_limit_bytes() const override { return limit_bytes_; }
+  /// Data parallel: every trial trains on this rank's shard with gradients averaged across
+  /// `group` (as `train` under a launcher does), one rank's out-of-memory ends the trial on all
+  /// (TrainOptions::agree_on_oom), and outcomes are agreed: a trial fits only where it fit on
+  /// every rank, its peak is the largest rank's, its times and losses rank 0's. Every rank
+  /// must then run the same trials in the same order (the tuner does, given the same outcomes
+  /// and TuneOptions::elapsed_s). `group` must outlive the runner.
+  /// Samples/s are then the job's (the ranks step together: world × each rank's), and the
+  /// largest batch is one rank's shard of the training split.
+  void set_data_parallel(DistGroup* group);
   int64_t max_batch_size() const override { return max_batch_; }
 
  private:
@@ -58,6 +68,7 @@ class TorchTrialRunner : public TrialRunner {
   DeviceMemory& memory_;
   int64_t limit_bytes_ = 0;
   int64_t max_batch_ = 0;
+  DistGroup* group_ = nullptr;
 };
 
 }  // namespace saturate

@@ -66,6 +66,9 @@ struct TuneOptions {
   /// Set (by Ctrl-C) to stop at the next trial boundary; tune() then returns the plan so far
   /// with `interrupted` set.
   const std::atomic<bool>* stop = nullptr;
+  /// Seconds since the tune began, for its budget decisions (empty: this process's steady
+  /// clock). Data-parallel ranks share rank 0's, so every rank decides alike.
+  std::function<double()> elapsed_s;
 };
 
 /// Runs the stages on `base` (the user's configuration) and returns the plan; `on_stage` (may be
