@@ -1383,6 +1383,13 @@ def case_issue15_profile_names_the_slow_rank(tmp):
     busy = [r["busy_ms"] for r in j["ranks"]]
     if not busy[1] > 1.1 * busy[0] or not j["ranks"][1]["data_wait_ms"] > 5:
         fail(f"rank 1 should be the slow one: {j['ranks']}")
+    # Scaling against rank 0 alone (no decode cost): the slow rank holds the job well below
+    # twice one process.
+    sc = j["scaling"]
+    if not sc["one_process_samples_per_s"] or not 0 < sc["efficiency"] < 0.95 or \
+            abs(j["job_samples_per_s"] - 2 * j["samples_per_s"]) > 1e-6 * j["job_samples_per_s"]:
+        fail(f"scaling: {sc}, job {j.get('job_samples_per_s')}, rank 0 {j['samples_per_s']}")
+    print(f"scaling efficiency with a slow rank: {100 * sc['efficiency']:.1f}%")
     skew = [f for f in j["findings"] if f["rule"] == "rank-skew"]
     if not skew or "rank 1" not in skew[0]["title"]:
         fail(f"no rank-skew finding naming rank 1: {j['findings']}")

@@ -28,6 +28,8 @@
 #include "saturate/telemetry/sampler.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
+#include "saturate/core/log.h"
+#include "saturate/train/probe.h"
 #include "saturate/train/trainer.h"
 
 namespace saturate::cli {
@@ -118,6 +120,10 @@ int run_profile(const std::vector<std::string>& args) {
   app.add_flag("--loader-only", loader_only,
                "measure the input pipeline alone (no model): can it feed the device?");
   app.add_flag("--json", as_json, "print the profile as JSON");
+  bool no_scaling = false;
+  app.add_flag("--no-scaling", no_scaling,
+               "data parallel: skip the one-process run (rank 0 alone, the same steps) that the "
+               "scaling efficiency compares with");
   if (!parse_args(app, args)) return 0;
   std::optional<Plan> read;
   if (!rf.config.empty()) read = read_plan(rf.config);
@@ -188,6 +194,35 @@ int run_profile(const std::vector<std::string>& args) {
                                     p.communication_ms, p.data_wait_ms};
   const std::vector<std::vector<double>> per_rank =
       dp.group ? dp.group->allgather(mine) : std::vector<std::vector<double>>{mine};
+  // Scaling efficiency: the job against world × one process of the same per-rank batch and
+  // threads, measured here by rank 0 alone (the other ranks idle at a barrier) on the same steps.
+  const double world = static_cast<double>(per_rank.size());
+  const double job_sps = tp.samples_per_s * world;
+  double alone_sps = 0;
+  std::string alone_why;
+  if (dp.group && !no_scaling && !summary.is_interrupted) {
+    if (dp.env.rank == 0) {
+      SATURATE_LOG_INFO("profile: scaling: rank 0 alone for ", opts.steps,
+                        " steps while the other ranks wait");
+      MemorySink alone;
+      const ProbeResult r = probe_once(
+          [&] {
+            seed_everything(opts.seed);
+            auto single = make_model(rf.model, {input.sample_shape, input.num_classes});
+            Trainer t(*single, opts, dp.device, memory.get(), nullptr);
+            Loader l(*input.source, input.loader_options(opts.batch_size, opts.seed, rf.workers,
+                                                         rf.prefetch));
+            t.fit(l, data, &alone, &g_interrupted);
+          },
+          *memory);
+      if (r.outcome == ProbeOutcome::kFits)
+        alone_sps = steady_throughput(alone.records(), opts.timing_warmup_steps, window_steps)
+                        .samples_per_s;
+      else
+        alone_why = "out of memory beside the data-parallel run's state";
+    }
+    dp.group->barrier();
+  }
   if (dp.env.rank != 0) return static_cast<int>(ExitCode::kOk);  // rank 0 reports the job
   // Training FLOPs ≈ 3 × forward (backward computes gradients for inputs and weights).
   const double train_flops = 3.0 * static_cast<double>(model->forward_flops_per_sample());
@@ -275,6 +310,11 @@ int run_profile(const std::vector<std::string>& args) {
         ranks.push_back({{"rank", r}, {"step_ms", per_rank[r][0]}, {"busy_ms", per_rank[r][1]},
                          {"communication_ms", per_rank[r][2]}, {"data_wait_ms", per_rank[r][3]}});
       j["ranks"] = ranks;
+      j["job_samples_per_s"] = job_sps;
+      j["scaling"] = {{"one_process_samples_per_s", alone_sps > 0 ? nlohmann::json(alone_sps)
+                                                                  : nlohmann::json()},
+                      {"efficiency", alone_sps > 0 ? nlohmann::json(job_sps / (world * alone_sps))
+                                                   : nlohmann::json()}};
     }
     j["findings"] = findings_to_json(findings);
     j["context"] = run_context(probe, device);
@@ -326,6 +366,15 @@ int run_profile(const std::vector<std::string>& args) {
                   << "   +" << format_fixed(100.0 * (per_rank[r][1] / fastest - 1.0), 1)
                   << "%\n";
       }
+      std::cout << "  job           " << format_fixed(job_sps, 1) << " samples/s ("
+                << per_rank.size() << " ranks × rank 0's)";
+      if (alone_sps > 0)
+        std::cout << "; one process alone " << format_fixed(alone_sps, 1)
+                  << " samples/s: scaling efficiency "
+                  << format_fixed(100.0 * job_sps / (world * alone_sps), 1) << "%";
+      else if (!alone_why.empty())
+        std::cout << "; one process alone: " << alone_why;
+      std::cout << "\n";
     }
     if (train_flops > 0) {
       std::cout << "  compute       " << format_fixed(train_flops / 1e6, 1)
