@@ -1160,7 +1160,16 @@ def case_issue15_launch_bad_input(tmp):
                        "did you mean '--nproc-per-node'?")
     expect_usage_error(["launch", "--", "no-such-program-here"],
                        "launch: 'no-such-program-here' is not a file and not found in PATH")
+    # Any program: its exit code passed on, its last line on stderr as the reason.
+    code, out, err = run("launch", "--nproc-per-node", "2", "--", sys.executable, "-c",
+                         "import os, sys\nif os.environ['RANK'] == '1': 1 / 0\n"
+                         "import time; time.sleep(30)")
+    last = err.strip().splitlines()[-1]
+    if code != 1 or last != ("saturate: error: launch: rank 1 of 2 failed first: exited with code "
+                             "1: ZeroDivisionError: division by zero"):
+        fail(f"a Python rank's error: exit {code}, last line:\n{last}\n{err}")
     # A rank that rejects its own flags: exit 2 passed on, the rank and its error line named.
+
     code, out, err = run("launch", "--nproc-per-node", "2", "--", "train", "--steps", "-1")
     last = err.strip().splitlines()[-1]
     if code != 2 or not re.fullmatch(r"saturate: error: launch: rank [01] of 2 failed first: "

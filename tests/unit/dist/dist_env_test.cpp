@@ -80,6 +80,15 @@ TEST(DistEnv, ReadsSlurmWithItsDefaultAddressAndPort) {
   EXPECT_EQ(t.master_port, 7);
 }
 
+TEST(DistEnv, Issue15_SaturateLaunchIsNamedByItsRunId) {
+  const DistEnv e = parse({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
+                           {"MASTER_PORT", "7"}, {"TORCHELASTIC_RUN_ID", "saturate-4242"}});
+  EXPECT_EQ(e.launcher, "saturate launch");
+  const DistEnv t = parse({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
+                           {"MASTER_PORT", "7"}, {"TORCHELASTIC_RUN_ID", "none"}});
+  EXPECT_EQ(t.launcher, "torchrun");
+}
+
 TEST(DistEnv, FirstSlurmHost) {
   EXPECT_EQ(first_slurm_host("node7"), "node7");
   EXPECT_EQ(first_slurm_host("gpu[05-08,12],cpu1"), "gpu05");
