@@ -437,7 +437,9 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
       SATURATE_LOG_WARN("launch: ", signal_name(sig), " received; passing it to the ranks");
       signal_ranks(ranks, sig);
       forwarded = sig;
-      if (!kill_at)
+      // Ctrl-C asks the ranks to stop when they can (saturate's after their step, with a
+      // summary): no deadline; a second Ctrl-C is passed on too. SIGTERM/SIGHUP get the grace.
+      if (!kill_at && sig != SIGINT)
         kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
     }
     if (kill_at && Clock::now() >= *kill_at) {

@@ -65,8 +65,8 @@ int run_launch(const std::vector<std::string>& args) {
   app.add_option("--master-port", o.master_port,
                  "port of the store; default a free port (one node only)");
   app.add_option("--grace", o.grace_s,
-                 "seconds the other ranks get after SIGTERM, when one rank failed or a signal "
-                 "came, before SIGKILL")
+                 "seconds the ranks get after SIGTERM (one rank failed, or SIGTERM/SIGHUP came) "
+                 "before SIGKILL; Ctrl-C waits for them to stop")
       ->capture_default_str();
   bool no_prefix = false;
   app.add_flag("--no-prefix", no_prefix, "relay the ranks' output without \"[rank N] \"");

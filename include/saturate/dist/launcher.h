@@ -27,7 +27,7 @@ struct LaunchOptions {
   int master_port = 0;  ///< 0: a free port of this host (one node only)
   /// argv of every rank; command[0] is a path, or a name looked up in PATH.
   std::vector<std::string> command;
-  double grace_s = 10;  ///< after a failure or a forwarded signal, before SIGKILL
+  double grace_s = 10;  ///< after a failure or a forwarded SIGTERM/SIGHUP, before SIGKILL
   bool prefix = true;   ///< "[rank N] " before each line of the ranks' output
   bool quiet = false;   ///< no info line at the start (warnings about failures stay)
 };
