@@ -38,6 +38,7 @@ std::string JsonlSink::step_line(const StepRecord& r) {
   j["loss"] = r.loss;
   j["lr"] = r.lr;
   j["loss_scale"] = r.loss_scale;
+  j["grad_norm"] = r.grad_norm >= 0 ? nlohmann::json(r.grad_norm) : nlohmann::json();
   j["skipped"] = r.is_skipped;
   j["mem_peak_bytes"] = r.mem_peak_bytes;
   j["page_faults"] = r.page_faults;

@@ -150,6 +150,7 @@ void TensorBoardSink::on_step(const StepRecord& r) {
   const double t = now_s();
   writer_.add_scalar("train/loss", r.loss, r.step, t);
   writer_.add_scalar("train/lr", r.lr, r.step, t);
+  if (r.grad_norm >= 0) writer_.add_scalar("train/grad_norm", r.grad_norm, r.step, t);
   writer_.add_scalar("train/step_ms", r.step_ms, r.step, t);
   if (r.step_ms > 0)
     writer_.add_scalar("train/samples_per_s", r.samples / (r.step_ms / 1000.0), r.step, t);

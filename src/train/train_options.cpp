@@ -55,6 +55,8 @@ void TrainOptions::validate() const {
                  weight_decay);
   SATURATE_CHECK(warmup_steps >= -1, "train: --warmup-steps must be >= 0 (or -1 for auto), got ",
                  warmup_steps);
+  SATURATE_CHECK(std::isfinite(clip_grad_norm) && clip_grad_norm >= 0,
+                 "train: --clip-grad-norm must be a number >= 0 (0: off), got ", clip_grad_norm);
   SATURATE_CHECK(timing_warmup_steps >= 0, "train: timing warm-up must not be negative, got ",
                  timing_warmup_steps);
   SATURATE_CHECK(accumulate >= 1, "train: --accumulate must be at least 1, got ", accumulate);

@@ -122,6 +122,27 @@ at::Tensor Trainer::layout(const at::Tensor& x) const {
   return at::empty_like(x, at::MemoryFormat::ChannelsLast).copy_(x);
 }
 
+namespace {
+
+// The global L2 norm of the parameters' gradients as a 0-d float tensor on their device (no
+// host sync); with max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)),
+// as torch.nn.utils.clip_grad_norm_ does.
+at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return at::Tensor();
+  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  const at::Tensor total = at::linalg_vector_norm(at::stack(norms).to(at::kFloat), 2);
+  if (max_norm > 0) {
+    const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+    for (at::Tensor& g : grads) g.mul_(coef.to(g.scalar_type()));
+  }
+  return total;
+}
+
+}  // namespace
+
 void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
   for (int64_t b = begin; b < batch; b += micro) {
     const bool last = std::min(batch, b + micro) == batch;
@@ -169,6 +190,10 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
     loss_sum += loss.detach();
     if (timer) timer->mark(Phase::kBackward);
   }
+  // The gradients' global norm (unscaled first under fp16), kept on the device until the
+  // record is read; clipping scales them down to --clip-grad-norm.
+  if (scaler.is_enabled()) scaler.unscale(state_->params);
+  last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm);
   if (scaler.is_enabled()) {
     // The scaler reads its found-inf flag on the host: loss scaling waits for the device here,
     // as torch.amp does.
@@ -218,6 +243,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   struct InFlight {
     StepRecord record;
     at::Tensor loss;
+    at::Tensor grad_norm;  // undefined when no gradient was made
     int64_t ticket;
     double comm_ms;  // the part of the backward phase that waited for communication
   };
@@ -230,6 +256,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     f.record.backward_ms -= comm;
     f.record.communication_ms += comm;
     f.record.loss = f.loss.item<double>();
+    if (f.grad_norm.defined()) f.record.grad_norm = f.grad_norm.item<double>();
     records.push_back(f.record);
     in_flight.pop_front();
     if (sink) sink->on_step(records.back());
@@ -323,7 +350,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
     // Allocations happen at enqueue time, so the peak is known now even on CUDA.
     if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
-    in_flight.push_back(InFlight{r, std::move(loss), ticket, r.communication_ms});
+    in_flight.push_back(InFlight{r, std::move(loss), last_grad_norm_, ticket, r.communication_ms});
     while (!in_flight.empty() &&
            (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
       complete_front();

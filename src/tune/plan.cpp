@@ -20,7 +20,7 @@ const std::vector<std::string> kConfigKeys = {
     "batch_size", "precision",    "accumulate", "checkpoint_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
-    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size"};
+    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size", "clip_grad_norm"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -203,6 +203,7 @@ json config_to_json(const TrialConfig& c) {
           {"seed", t.seed},
           {"momentum", t.momentum},
           {"weight_decay", t.weight_decay},
+          {"clip_grad_norm", t.clip_grad_norm},
           {"eval_batch_size", t.eval_batch_size},
           {"eval_every", t.eval_every},
           {"memory_format", to_string(t.memory_format)},
@@ -242,6 +243,8 @@ TrialConfig config_from_json(const FieldReader& r) {
   t.momentum = r.number("momentum", t.momentum, is_non_negative, "a non-negative number");
   t.weight_decay =
       r.number("weight_decay", t.weight_decay, is_non_negative, "a non-negative number");
+  t.clip_grad_norm = r.number("clip_grad_norm", t.clip_grad_norm, is_non_negative,
+                              "a non-negative number (0: off)");
   t.eval_batch_size = r.integer("eval_batch_size", t.eval_batch_size, 1, "a positive integer");
   t.eval_every = r.integer("eval_every", t.eval_every, 0, "a non-negative integer");
   t.memory_format = parse_memory_format(

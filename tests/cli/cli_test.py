@@ -1359,6 +1359,44 @@ def case_issue15_tune_under_a_launcher(tmp):
     print(f"plan: {c['batch_size']} per rank × 2, {len(ooms)} out-of-memory trials agreed")
 
 
+def case_issue16_clip_grad_norm(tmp):
+    # --clip-grad-norm bounds the update; every step's gradient norm (before clipping) is in
+    # steps.jsonl; tune keeps the user's clipping in its plan, and train --config takes it.
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+    logdir = os.path.join(tmp, "logs")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "5",
+                         "--clip-grad-norm", "0.5", "--logdir", logdir, "--summary-json", summary,
+                         "-q", "--no-eval")
+    if code != 0:
+        fail(f"train --clip-grad-norm: exit {code}\n{err}")
+    with open(os.path.join(logdir, "steps.jsonl")) as f:
+        steps = [json.loads(l) for l in f if '"type":"step"' in l]
+    if len(steps) != 5 or not all(isinstance(st["grad_norm"], float) and st["grad_norm"] > 0
+                                  for st in steps):
+        fail(f"grad_norm per step: {[st.get('grad_norm') for st in steps]}")
+    with open(summary) as f:
+        if json.load(f)["clip_grad_norm"] != 0.5:
+            fail("the summary lacks the clipping")
+    expect_usage_error(["train", "--clip-grad-norm", "-1", "--steps", "1"],
+                       "--clip-grad-norm must be a number >= 0")
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "idx:" + data, "--model", "mlp", "--batch-size", "32",
+                         "--clip-grad-norm", "0.5", "--budget-s", "15", "--max-ranks", "1",
+                         "--out", plan_path, timeout=120)
+    if code != 0:
+        fail(f"tune --clip-grad-norm: exit {code}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if plan["config"]["clip_grad_norm"] != 0.5:
+        fail(f"the plan dropped the user's clipping: {plan['config']}")
+    code, out, err = run("train", "--config", plan_path, "--steps", "2", "-q", "--no-eval",
+                         "--summary-json", summary)
+    with open(summary) as f:
+        if code != 0 or json.load(f)["clip_grad_norm"] != 0.5:
+            fail(f"train --config did not take the plan's clipping (exit {code})")
+
+
 def case_issue15_profile_names_the_slow_rank(tmp):
     # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
     # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows

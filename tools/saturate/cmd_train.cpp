@@ -210,6 +210,7 @@ int run_train(const std::vector<std::string>& args) {
     j["job_samples_per_s"] = s.samples_per_s * dist.world_size;
     j["optimizer"] = to_string(opts.optimizer);
     j["lr"] = opts.lr;
+    j["clip_grad_norm"] = opts.clip_grad_norm;
     j["schedule"] = to_string(opts.schedule);
     j["seed"] = opts.seed;
     j["precision"] = to_string(opts.precision);

@@ -46,6 +46,9 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   app.add_option("--optimizer", f.optimizer, "sgd or adamw")->capture_default_str();
   app.add_option("--momentum", t.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", t.weight_decay, "weight decay")->capture_default_str();
+  app.add_option("--clip-grad-norm", t.clip_grad_norm,
+                 "clip the gradients' global L2 norm to this (after fp16 unscaling); 0 = off")
+      ->capture_default_str();
   app.add_option("--schedule", f.schedule, "constant or cosine (after warm-up)")
       ->capture_default_str();
   app.add_option("--warmup-steps", t.warmup_steps, "linear LR warm-up steps; -1 = 2% of the run")
@@ -132,6 +135,7 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world
   if (!given("--schedule")) f.schedule = to_string(p.schedule);
   if (!given("--momentum")) t.momentum = p.momentum;
   if (!given("--weight-decay")) t.weight_decay = p.weight_decay;
+  if (!given("--clip-grad-norm")) t.clip_grad_norm = p.clip_grad_norm;
   if (!given("--eval-batch-size")) t.eval_batch_size = p.eval_batch_size;
   if (!given("--eval-every")) t.eval_every = p.eval_every;
   if (!given("--threads")) f.threads = plan.config.threads;

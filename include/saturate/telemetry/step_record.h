@@ -28,6 +28,9 @@ struct StepRecord {
   double loss_scale = 1.0;         ///< dynamic loss scale in effect (1 without scaling).
   double lr = 0.0;                 ///< learning rate used by the optimizer step.
   bool is_skipped = false;         ///< optimizer step skipped (non-finite gradients).
+  /// Global L2 norm of the step's gradients (unscaled, averaged across ranks), before any
+  /// clipping; -1 when unknown.
+  double grad_norm = -1.0;
   int64_t mem_peak_bytes = 0;      ///< peak device memory during the step, 0 when unknown.
   /// Minor page faults of the process while the host ran the step (all threads; -1 unknown):
   /// fresh memory being touched, which a caching allocator avoids after the first steps.

@@ -64,6 +64,9 @@ struct TrainOptions {
   /// it). A rank whose forward runs out of memory stands in for the rest of its step (zero
   /// gradients through the same collectives). Costs one small all-reduce per step.
   bool agree_on_oom = false;
+  /// Gradient clipping: > 0 scales the gradients down so their global L2 norm is at most this
+  /// (after unscaling under fp16, after the all-reduce under data parallel); 0: off.
+  double clip_grad_norm = 0;
   /// Dynamic loss scaling; used only with fp16 (bf16 and fp32 need none).
   GradScalerOptions scaler;
 

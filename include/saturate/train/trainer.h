@@ -107,6 +107,7 @@ class Trainer {
   // After a forward ran out of memory at micro-batch `begin`: the collectives the other ranks
   // make in the rest of the step, with zero gradients.
   void stand_in_for_step(int64_t begin, int64_t batch, int64_t micro);
+  at::Tensor last_grad_norm_;  // of the last train_step, read with its record
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
 

@@ -192,6 +192,52 @@ TEST(Trainer, AccumulatedMicroBatchesMatchOneBigBatch) {
   }
 }
 
+TEST(Trainer, Issue16_ClipsTheGlobalGradientNormAndRecordsIt) {
+  // One plain-SGD step at lr 1 moves the parameters by minus the applied gradient: unclipped
+  // its norm is the recorded grad_norm; clipped to c below that, it is c, in the same direction.
+  const auto data = testing::make_pattern_splits(256, 32);
+  auto one_step = [&](double clip, double* grad_norm) {
+    TrainOptions o;
+    o.batch_size = 32;
+    o.steps = 1;
+    o.optimizer = OptimizerKind::kSgd;
+    o.momentum = 0.0;
+    o.weight_decay = 0.0;
+    o.schedule = ScheduleKind::kConstant;
+    o.warmup_steps = 0;
+    o.lr = 1.0;
+    o.evaluate = false;
+    o.clip_grad_norm = clip;
+    seed_everything(5);
+    auto model = make_model("mlp", {data.train.sample_shape(), data.train.num_classes});
+    std::vector<at::Tensor> before;
+    for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
+    Trainer trainer(*model, o, c10::Device("cpu"));
+    MemorySink sink;
+    trainer.fit(data, &sink);
+    *grad_norm = sink.records().at(0).grad_norm;
+    std::vector<at::Tensor> delta;
+    const auto after = model->parameters();
+    for (size_t i = 0; i < after.size(); ++i) delta.push_back((before[i] - after[i]).flatten());
+    return torch::cat(delta);
+  };
+  double norm = 0, norm_clipped = 0;
+  const at::Tensor free = one_step(0.0, &norm);
+  ASSERT_GT(norm, 0.0);
+  EXPECT_NEAR(free.norm().item<double>(), norm, 1e-4 * norm);
+  const double clip = norm / 4;
+  const at::Tensor clipped = one_step(clip, &norm_clipped);
+  EXPECT_NEAR(norm_clipped, norm, 1e-6 * norm);  // the norm before clipping
+  EXPECT_NEAR(clipped.norm().item<double>(), clip, 1e-4 * clip);
+  EXPECT_LE((clipped - free * (clip / (norm + 1e-6))).abs().max().item<double>(), 1e-6);
+  // A limit above the norm changes nothing.
+  double unused = 0;
+  EXPECT_TRUE(torch::equal(one_step(norm * 2, &unused), free));
+  TrainOptions bad;
+  bad.clip_grad_norm = -1;
+  EXPECT_THROW(bad.validate(), Error);
+}
+
 TEST(Trainer, Bf16AndCheckpointedRunsTrainToo) {
   const auto data = testing::make_pattern_splits(512, 128);
   TrainOptions o = small_run(40);
