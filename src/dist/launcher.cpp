@@ -28,6 +28,7 @@
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
 #include "saturate/core/strings.h"
+#include "saturate/core/temp_folder.h"
 #include "saturate/device/threads.h"
 
 extern char** environ;
@@ -215,33 +216,6 @@ void check_options(const LaunchOptions& o) {
                                      "saturate launch --nproc-per-node 2 -- train --steps 100");
 }
 
-// A private folder for the ranks' error files, removed with what is in it.
-class ErrorFileDir {
- public:
-  ErrorFileDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                          "/saturate-launch-XXXXXX";
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    SATURATE_CHECK(mkdtemp(buf.data()) != nullptr, "launch: cannot create a folder for the ",
-                   "ranks' error files under ", pattern, ": ", std::strerror(errno));
-    path_ = buf.data();
-  }
-  ~ErrorFileDir() {
-    for (const auto& f : files_) std::remove(f.c_str());
-    rmdir(path_.c_str());
-  }
-  std::string file_for(int rank) {
-    files_.push_back(path_ + "/rank" + std::to_string(rank) + ".json");
-    return files_.back();
-  }
-
- private:
-  std::string path_;
-  std::vector<std::string> files_;
-};
-
 }  // namespace
 
 int pick_free_port() {
@@ -283,7 +257,7 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
     base_env.push_back("OMP_NUM_THREADS=" +
                        std::to_string(std::max(1, usable_cores() / o.nproc_per_node)));
   const std::string run_id = "saturate-" + std::to_string(getpid());
-  ErrorFileDir error_dir;
+  const TempFolder error_dir("saturate-launch", "launch");  // the ranks' error files
 
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc_per_node));
   std::vector<std::vector<std::string>> envs(ranks.size());
@@ -291,7 +265,7 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
     Rank& r = ranks[i];
     r.local = static_cast<int>(i);
     r.global = o.node_rank * o.nproc_per_node + r.local;
-    r.error_file = error_dir.file_for(r.global);
+    r.error_file = error_dir.file("rank" + std::to_string(r.global) + ".json");
     std::vector<std::string>& env = envs[i];
     env = base_env;
     const std::pair<const char*, std::string> vars[] = {

@@ -5,15 +5,10 @@
 // run, as `saturate train --config` runs the plan, and the faster stays.
 #include "tune_ranks.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -24,8 +19,10 @@
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
 #include "saturate/core/strings.h"
+#include "saturate/core/temp_folder.h"
 #include "saturate/core/units.h"
 #include "saturate/dist/launcher.h"
+#include "saturate/telemetry/throughput.h"
 #include "saturate/tune/tuner.h"
 
 namespace saturate::cli {
@@ -36,12 +33,7 @@ struct Candidate {
   int threads = 1;
   TrialConfig config;
   std::vector<double> job_samples_per_s;  // one per run
-  double median() const {
-    std::vector<double> v = job_samples_per_s;
-    std::sort(v.begin(), v.end());
-    if (v.empty()) return 0;
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
+  double median() const { return saturate::median(job_samples_per_s); }
   std::string describe() const {
     return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " × " +
            std::to_string(threads) + (threads == 1 ? " thread" : " threads");
@@ -87,27 +79,6 @@ double measure(const Candidate& candidate, const std::string& plan_path,
                  candidate.describe(), " wrote no summary");
   return s["job_samples_per_s"].get<double>();
 }
-
-// A private temporary folder for the candidates' plan and summary, removed with them.
-class Scratch {
- public:
-  Scratch() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/saturate-tune-XXXXXX";
-    SATURATE_CHECK(mkdtemp(pattern.data()) != nullptr, "tune: cannot create a folder under ",
-                   pattern, ": ", std::strerror(errno));
-    dir_ = pattern;
-  }
-  ~Scratch() {
-    for (const char* name : {"/plan.json", "/summary.json"}) std::remove((dir_ + name).c_str());
-    rmdir(dir_.c_str());
-  }
-  std::string file(const char* name) const { return dir_ + "/" + name; }
-
- private:
-  std::string dir_;
-};
 
 }  // namespace
 
@@ -155,7 +126,7 @@ void tune_ranks(Plan& plan, const RanksStageInput& in) {
     return skip("not tried: " + std::to_string(rounds * candidates.size()) + " runs of about " +
                 format_duration_s(per_run_s) + " exceed the " + format_duration_s(in.budget_left_s) +
                 " of budget left");
-  const Scratch scratch;
+  const TempFolder scratch("saturate-tune", "tune");
   const std::string plan_path = scratch.file("plan.json");
   const std::string summary_path = scratch.file("summary.json");
   write_json_file(plan_path, to_json(plan));

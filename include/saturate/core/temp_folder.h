@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// TempFolder: a private folder for a command's scratch files (a launcher's error files, a
+// tune's candidate plans), made under $TMPDIR (else /tmp) and removed with what is in it.
+//
+//   const TempFolder scratch("saturate-tune", "tune");
+//   write_json_file(scratch.file("plan.json"), plan_json);
+
+#include <string>
+
+namespace saturate {
+
+class TempFolder {
+ public:
+  /// Makes TMPDIR/PREFIX-XXXXXX; throws saturate::Error starting with `component` when it
+  /// cannot.
+  TempFolder(const std::string& prefix, const char* component);
+  /// Removes the files in the folder, then the folder (best effort).
+  ~TempFolder();
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+
+  const std::string& path() const { return path_; }
+  /// path()/name
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace saturate
