@@ -125,12 +125,18 @@ bool is_launcher_variable(const std::string& entry) {
   return false;
 }
 
+// One of a rank's output pipes (read end, non-blocking) and the line it has not ended yet.
+struct Stream {
+  int fd = -1;
+  std::string partial;
+};
+
 struct Rank {
   int global = 0;
   int local = 0;
   pid_t pid = -1;
-  int out_fd = -1, err_fd = -1;
-  std::string out_partial, err_partial;
+  std::string prefix;  // "[rank N] ", or "" without --prefix
+  Stream out, err;
   std::string last_err_line;
   std::string error_file;
   bool running = false;
@@ -158,6 +164,27 @@ void flush_partial(std::string& partial, const std::string& prefix, std::ostream
   if (last_line != nullptr) *last_line = partial;
   partial.clear();
   os.flush();
+}
+
+// Relays what `s` holds now, line by line (`drain`: until nothing is left; else one read, so a
+// rank that writes without pause cannot hold up the others); at end of file the unended line
+// too, and the pipe is closed. `last_line`, when given, keeps the last line (a rank's stderr).
+void pump(Stream& s, const std::string& prefix, std::ostream& os, std::string* last_line,
+          bool drain) {
+  char buf[65536];
+  do {
+    const ssize_t n = read(s.fd, buf, sizeof(buf));
+    if (n > 0) {
+      relay(s.partial, buf, static_cast<size_t>(n), prefix, os, last_line);
+      continue;
+    }
+    if (n < 0 && errno == EAGAIN) return;  // nothing more for now
+    if (n < 0 && errno == EINTR) continue;
+    flush_partial(s.partial, prefix, os, last_line);
+    close(s.fd);
+    s.fd = -1;
+    return;
+  } while (drain);
 }
 
 // The message a rank left in its TORCHELASTIC_ERROR_FILE (torchrun's layout), "" when none.
@@ -265,6 +292,7 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
     Rank& r = ranks[i];
     r.local = static_cast<int>(i);
     r.global = o.node_rank * o.nproc_per_node + r.local;
+    r.prefix = o.prefix ? "[rank " + std::to_string(r.global) + "] " : "";
     r.error_file = error_dir.file("rank" + std::to_string(r.global) + ".json");
     std::vector<std::string>& env = envs[i];
     env = base_env;
@@ -329,8 +357,9 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
     close(po[1]);
     close(pe[1]);
     r.pid = pid;
-    r.out_fd = po[0];
-    r.err_fd = pe[0];
+    r.out.fd = po[0];
+    r.err.fd = pe[0];
+    for (int fd : {po[0], pe[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     r.running = true;
   }
   if (devnull >= 0) close(devnull);
@@ -342,35 +371,24 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
   std::optional<Clock::time_point> kill_at;  // SIGKILL what still runs then
   std::optional<Clock::time_point> drain_until;  // after the last rank ended
   int forwarded = 0;
-  char buf[65536];
   for (;;) {
     std::vector<pollfd> fds = {{wake[0], POLLIN, 0}};
-    std::vector<std::pair<Rank*, bool>> owners = {{nullptr, false}};
+    std::vector<std::pair<Rank*, bool>> owners = {{nullptr, false}};  // the rank, is stderr
     for (Rank& r : ranks) {
-      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0}), owners.push_back({&r, false});
-      if (r.err_fd >= 0) fds.push_back({r.err_fd, POLLIN, 0}), owners.push_back({&r, true});
+      if (r.out.fd >= 0) fds.push_back({r.out.fd, POLLIN, 0}), owners.push_back({&r, false});
+      if (r.err.fd >= 0) fds.push_back({r.err.fd, POLLIN, 0}), owners.push_back({&r, true});
     }
     const bool any_running =
         std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
     if (!any_running && fds.size() == 1) break;
     poll(fds.data(), fds.size(), 50);
-    if (fds[0].revents & POLLIN) while (read(wake[0], buf, sizeof(buf)) > 0) {}
+    char sink[256];
+    if (fds[0].revents & POLLIN) while (read(wake[0], sink, sizeof(sink)) > 0) {}
     for (size_t k = 1; k < fds.size(); ++k) {
       if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Rank& r = *owners[k].first;
-      const bool is_err = owners[k].second;
-      int& fd = is_err ? r.err_fd : r.out_fd;
-      std::string& partial = is_err ? r.err_partial : r.out_partial;
-      std::ostream& os = is_err ? err : out;
-      const std::string prefix = o.prefix ? "[rank " + std::to_string(r.global) + "] " : "";
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n > 0) {
-        relay(partial, buf, static_cast<size_t>(n), prefix, os, is_err ? &r.last_err_line : nullptr);
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        flush_partial(partial, prefix, os, is_err ? &r.last_err_line : nullptr);
-        close(fd);
-        fd = -1;
-      }
+      if (owners[k].second) pump(r.err, r.prefix, err, &r.last_err_line, /*drain=*/false);
+      else pump(r.out, r.prefix, out, nullptr, /*drain=*/false);
     }
     for (Rank& r : ranks) {
       if (!r.running) continue;
@@ -380,18 +398,9 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
       // The first failure: what the job reports. The others are stopped (they would fail in
       // their next collective anyway, after a timeout if the rank hangs rather than exits).
       // Output the rank wrote just before it ended is read first, so its last line is known.
-      for (int* fd : {&r.err_fd, &r.out_fd}) {
-        if (*fd < 0) continue;
-        const bool is_err = fd == &r.err_fd;
-        const std::string prefix = o.prefix ? "[rank " + std::to_string(r.global) + "] " : "";
-        const int flags = fcntl(*fd, F_GETFL);
-        fcntl(*fd, F_SETFL, flags | O_NONBLOCK);
-        for (ssize_t n; (n = read(*fd, buf, sizeof(buf))) > 0;)
-          relay(is_err ? r.err_partial : r.out_partial, buf, static_cast<size_t>(n), prefix,
-                is_err ? err : out, is_err ? &r.last_err_line : nullptr);
-        fcntl(*fd, F_SETFL, flags);
-      }
-      if (!r.err_partial.empty()) r.last_err_line = r.err_partial;
+      if (r.err.fd >= 0) pump(r.err, r.prefix, err, &r.last_err_line, /*drain=*/true);
+      if (r.out.fd >= 0) pump(r.out, r.prefix, out, nullptr, /*drain=*/true);
+      if (!r.err.partial.empty()) r.last_err_line = r.err.partial;
       result.failed_rank = r.global;
       result.reason = describe_end(r);
       result.exit_code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 1;
@@ -429,8 +438,8 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
       if (!drain_until) drain_until = Clock::now() + std::chrono::seconds(2);
       if (Clock::now() >= *drain_until) {
         for (Rank& r : ranks)
-          for (int* fd : {&r.out_fd, &r.err_fd})
-            if (*fd >= 0) close(*fd), *fd = -1;
+          for (Stream* st : {&r.out, &r.err})
+            if (st->fd >= 0) close(st->fd), st->fd = -1;
       }
     }
   }
