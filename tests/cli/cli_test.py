@@ -1047,53 +1047,50 @@ def case_issue15_a_killed_rank_ends_the_job(tmp):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     # Under torchrun: its agent sees the dead worker, stops the other and names the rank.
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--no-python",
-                          "--standalone", "--nproc-per-node", "2", *cmd],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        time.sleep(6)
-        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
-        workers = [k for k in kids if "train" in open(f"/proc/{k}/cmdline").read()]
-        if len(workers) != 2:
-            fail(f"torchrun's workers: {workers} (children {kids})")
-        env1 = open(f"/proc/{workers[1]}/environ").read().split("\0")
-        local = [e for e in env1 if e.startswith("LOCAL_RANK=")][0].split("=")[1]
-        os.kill(int(workers[1]), signal.SIGKILL)
-        t0 = time.time()
-        try:
-            out, err = p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            fail("torchrun still runs 30 s after a worker was killed")
-        if p.returncode == 0 or f"local_rank: {local}" not in err or "-9" not in err:
-            fail(f"torchrun exit {p.returncode}, expected non-zero naming local_rank {local}:\n{err[-3000:]}")
-        print(f"torchrun: exited {p.returncode} {time.time() - t0:.1f} s after the kill")
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    code, err, env, took = kill_a_rank([sys.executable, "-m", "torch.distributed.run",
+                                        "--no-python", "--standalone", "--nproc-per-node", "2",
+                                        *cmd], settle_s=6, who="torchrun")
+    if code == 0 or f"local_rank: {env['LOCAL_RANK']}" not in err or "-9" not in err:
+        fail(f"torchrun exit {code}, expected non-zero naming local_rank {env['LOCAL_RANK']}:\n"
+             f"{err[-3000:]}")
+    print(f"torchrun: exited {code} {took:.1f} s after the kill")
     # Under saturate launch: it sees the dead rank, stops the other and names the rank.
-    p = subprocess.Popen([ARGS.saturate, "launch", "--nproc-per-node", "2", "--", *cmd[1:]],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    code, err, env, took = kill_a_rank([ARGS.saturate, "launch", "--nproc-per-node", "2", "--",
+                                        *cmd[1:]], settle_s=5, who="launch")
+    last = err.strip().splitlines()[-1]
+    want = f"saturate: error: launch: rank {env['RANK']} of 2 failed first: killed by SIGKILL"
+    if code != 1 or last != want:
+        fail(f"launch: exit {code}, expected 1 ending with '{want}':\n{err[-3000:]}")
+    print(f"launch: exited {code} {took:.1f} s after the kill: {last}")
+
+
+def children(pid):
+    """The pids of `pid`'s child processes."""
+    return subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+
+
+def kill_a_rank(argv, settle_s, who):
+    """Starts the launcher `argv` in its own session, lets it run `settle_s`, SIGKILLs the second
+    of its children that run `train`, and returns (the launcher's exit code, its stderr, the
+    killed rank's environment, seconds from the kill to the launcher's exit). Fails when the
+    launcher still runs 30 s after the kill; leaves no process behind."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
-        time.sleep(5)
-        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
-        if len(kids) != 2:
-            fail(f"launch's ranks: {kids}")
-        env1 = open(f"/proc/{kids[1]}/environ").read().split("\0")
-        rank = [e for e in env1 if e.startswith("RANK=")][0].split("=")[1]
-        os.kill(int(kids[1]), signal.SIGKILL)
+        time.sleep(settle_s)
+        kids = children(p.pid)
+        ranks = [k for k in kids if "train" in open(f"/proc/{k}/cmdline").read()]
+        if len(ranks) != 2:
+            fail(f"{who}'s ranks: {ranks} (children {kids})")
+        with open(f"/proc/{ranks[1]}/environ") as f:
+            env = dict(e.split("=", 1) for e in f.read().split("\0") if "=" in e)
+        os.kill(int(ranks[1]), signal.SIGKILL)
         t0 = time.time()
         try:
-            out, err = p.communicate(timeout=30)
+            _, err = p.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            fail("launch still runs 30 s after a rank was killed")
-        last = err.strip().splitlines()[-1]
-        want = f"saturate: error: launch: rank {rank} of 2 failed first: killed by SIGKILL"
-        if p.returncode != 1 or last != want:
-            fail(f"launch: exit {p.returncode}, expected 1 ending with '{want}':\n{err[-3000:]}")
-        print(f"launch: exited {p.returncode} {time.time() - t0:.1f} s after the kill: {last}")
+            fail(f"{who} still runs 30 s after a rank was killed")
+        return p.returncode, err, env, time.time() - t0
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -1189,8 +1186,7 @@ def case_issue15_launch_forwards_signals(tmp):
                              start_new_session=True)
         try:
             time.sleep(4)
-            kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
-                                  text=True).stdout.split()
+            kids = children(p.pid)
             if len(kids) != 2:
                 fail(f"launch's ranks: {kids}")
             p.send_signal(sig)

@@ -11,6 +11,7 @@
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/train/trainer.h"
 #include "testing/pattern_dataset.h"
+#include "testing/sgd_steps.h"
 
 namespace saturate {
 namespace {
@@ -66,14 +67,7 @@ TEST(TrainerCuda, Issue14_ChannelsLastTakesTheSameStepOnTheGpu) {
   at::globalContext().setAllowTF32CuBLAS(false);
   const auto data = testing::make_pattern_splits(256, 32);
   auto steps = [&](MemoryFormat format, bool* nhwc_weights) {
-    TrainOptions o;
-    o.batch_size = 48;
-    o.steps = 2;
-    o.optimizer = OptimizerKind::kSgd;
-    o.schedule = ScheduleKind::kConstant;
-    o.warmup_steps = 0;
-    o.lr = 0.1;
-    o.evaluate = false;
+    TrainOptions o = testing::sgd_steps(/*batch_size=*/48, /*steps=*/2, /*lr=*/0.1);
     o.memory_format = format;
     seed_everything(5);
     auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});

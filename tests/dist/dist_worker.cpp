@@ -29,6 +29,7 @@
 #include "saturate/train/probe.h"
 #include "saturate/train/trainer.h"
 #include "testing/pattern_dataset.h"
+#include "testing/sgd_steps.h"
 
 namespace saturate {
 namespace {
@@ -134,17 +135,10 @@ struct Run {
 std::vector<at::Tensor> train(DistGroup* group, const Run& run) {
   const auto data = testing::make_pattern_splits(512, 32);
   auto source = make_sample_source(data.train);
-  TrainOptions o;
-  o.batch_size = run.batch;
+  TrainOptions o = testing::sgd_steps(run.batch, /*steps=*/5, /*lr=*/0.05);
   o.accumulate = run.accumulate;
-  o.steps = 5;
-  o.optimizer = OptimizerKind::kSgd;
   o.momentum = 0.9;
   o.weight_decay = 1e-4;
-  o.schedule = ScheduleKind::kConstant;
-  o.warmup_steps = 0;
-  o.lr = 0.05;
-  o.evaluate = false;
   o.seed = 11;
   seed_everything(run.init_seed);
   auto model = build(run.model, {data.train.sample_shape(), data.train.num_classes});

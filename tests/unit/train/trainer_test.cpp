@@ -17,6 +17,7 @@
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/train/gradient_sync.h"
 #include "testing/pattern_dataset.h"
+#include "testing/sgd_steps.h"
 #include "testing/temp_dir.h"
 
 namespace saturate {
@@ -159,16 +160,10 @@ namespace saturate {
 TEST(Trainer, AccumulatedMicroBatchesMatchOneBigBatch) {
   const auto data = testing::make_pattern_splits(256, 32);
   auto one_step = [&](int64_t accumulate) {
-    TrainOptions o;
-    o.batch_size = 60;  // 4 micro-batches of 15; 7 of 9,9,...,6 exercise an uneven split
-    o.steps = 1;
-    o.optimizer = OptimizerKind::kSgd;
+    // 4 micro-batches of 15; 7 of 9,9,...,6 exercise an uneven split.
+    TrainOptions o = testing::sgd_steps(/*batch_size=*/60, /*steps=*/1, /*lr=*/0.5);
     o.momentum = 0.0;
     o.weight_decay = 0.0;
-    o.schedule = ScheduleKind::kConstant;
-    o.warmup_steps = 0;
-    o.lr = 0.5;
-    o.evaluate = false;
     o.accumulate = accumulate;
     seed_everything(3);
     auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
@@ -197,16 +192,9 @@ TEST(Trainer, Issue16_ClipsTheGlobalGradientNormAndRecordsIt) {
   // its norm is the recorded grad_norm; clipped to c below that, it is c, in the same direction.
   const auto data = testing::make_pattern_splits(256, 32);
   auto one_step = [&](double clip, double* grad_norm) {
-    TrainOptions o;
-    o.batch_size = 32;
-    o.steps = 1;
-    o.optimizer = OptimizerKind::kSgd;
+    TrainOptions o = testing::sgd_steps(/*batch_size=*/32, /*steps=*/1, /*lr=*/1.0);
     o.momentum = 0.0;
     o.weight_decay = 0.0;
-    o.schedule = ScheduleKind::kConstant;
-    o.warmup_steps = 0;
-    o.lr = 1.0;
-    o.evaluate = false;
     o.clip_grad_norm = clip;
     seed_everything(5);
     auto model = make_model("mlp", {data.train.sample_shape(), data.train.num_classes});
@@ -465,14 +453,7 @@ namespace saturate {
 TEST(Trainer, Issue14_ChannelsLastTakesTheSameStepInAnotherLayout) {
   const auto data = testing::make_pattern_splits(256, 32);
   auto one_step = [&](MemoryFormat format, std::vector<at::Tensor>* live) {
-    TrainOptions o;
-    o.batch_size = 48;
-    o.steps = 2;
-    o.optimizer = OptimizerKind::kSgd;
-    o.schedule = ScheduleKind::kConstant;
-    o.warmup_steps = 0;
-    o.lr = 0.1;
-    o.evaluate = false;
+    TrainOptions o = testing::sgd_steps(/*batch_size=*/48, /*steps=*/2, /*lr=*/0.1);
     o.memory_format = format;
     seed_everything(5);
     auto model = make_model("fmnist-cnn", {data.train.sample_shape(), data.train.num_classes});
