@@ -29,7 +29,6 @@ def ddp_worker(args):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
-    import torch.nn.functional as F
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -45,13 +44,7 @@ def ddp_worker(args):
     for step in range(args.steps):
         t0 = time.perf_counter()
         idx = order[step * args.batch:(step + 1) * args.batch]
-        x = x_all.index_select(0, idx).float().div_(255.0).sub_(mean).div_(std)
-        y = y_all.index_select(0, idx)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        svp.python_step(model, opt, x_all, y_all, idx, mean, std)
         step_s.append(time.perf_counter() - t0)
     timed = step_s[args.warmup:]
     if rank == 0:

@@ -142,9 +142,24 @@ def python_model(name, c, h, w):
     return model
 
 
-def python_run(args):
+def python_step(model, opt, x_all, y_all, idx, mean, std, channels_last=False):
+    """One training step as users write it, from uint8 images to the loss on the host."""
     import torch
     import torch.nn.functional as F
+
+    x = x_all.index_select(0, idx).float().div_(255.0).sub_(mean).div_(std)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = y_all.index_select(0, idx)
+    loss = F.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    loss.item()
+
+
+def python_run(args):
+    import torch
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -168,15 +183,7 @@ def python_run(args):
             order = torch.tensor(saturate_order(n, args.seed, epoch), dtype=torch.long)
         idx = order[cursor:cursor + args.batch]
         cursor += args.batch
-        x = x_all.index_select(0, idx).float().div_(255.0).sub_(mean).div_(std)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        y = y_all.index_select(0, idx)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        python_step(model, opt, x_all, y_all, idx, mean, std, channels_last)
         step_s.append(time.perf_counter() - t0)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     timed = step_s[args.warmup:]
