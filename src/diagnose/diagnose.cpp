@@ -131,7 +131,7 @@ void memory_near_limit(const RunFacts& f, const DiagnoseThresholds& t,
   if (used <= t.memory_near_limit_pct) return;
   std::vector<std::string> options;
   if (f.precision == "fp32" || f.precision == "tf32") options.push_back("--precision bf16");
-  if (f.checkpoint_segments == 0) options.push_back("--checkpoint-segments 2");
+  if (f.recompute_segments == 0) options.push_back("--recompute-segments 2");
   options.push_back(concat("--accumulate ", f.accumulate * 2, " with half the batch"));
   out.push_back(make("memory-near-limit", used >= 100.0 ? Severity::kCritical : Severity::kWarning,
                      concat("memory near the limit: peak ", format_bytes(f.peak_memory_bytes),
@@ -246,7 +246,7 @@ void phase_heavy(const Shares& s, const DiagnoseThresholds& t, std::vector<Findi
                        concat(pct(s.other), " of the step is outside the measured phases"),
                        {{"other_share", s.other, "%"}},
                        "look for host work between steps: logging every step, reading the loss "
-                       "with .item() (a device sync), checkpoints; a --trace shows where"));
+                       "with .item() (a device sync), saving checkpoints; a --trace shows where"));
   }
   if (s.communication > t.communication_share_pct) {
     out.push_back(make("communication-heavy", Severity::kWarning,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // resnet18-cifar: the CIFAR variant of ResNet-18 (He et al. 2016; the layout popularised by
-// kuangliu/pytorch-cifar). Each BasicBlock is one child of the Sequential, so checkpoint
-// segments (SequentialModel::set_checkpoint_segments) fall on block boundaries.
+// kuangliu/pytorch-cifar). Each BasicBlock is one child of the Sequential, so recompute
+// segments (SequentialModel::set_recompute_segments) fall on block boundaries.
 #include <torch/torch.h>
 
 #include "models/sequential_model.h"

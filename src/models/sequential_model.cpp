@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
-#include "saturate/models/checkpoint.h"
+#include "saturate/models/recompute.h"
 
 namespace saturate::detail {
 namespace nn = torch::nn;
@@ -22,7 +22,7 @@ at::Tensor SequentialModel::forward(const at::Tensor& inputs) {
   for (size_t s = 0; s + 1 < segment_starts_.size(); ++s) {
     const size_t first = segment_starts_[s], last = segment_starts_[s + 1];
     // The shared_ptr keeps the modules alive for as long as the graph holds the segment.
-    x = checkpoint(
+    x = recompute(
         [net = net_.ptr(), first, last](const at::Tensor& in) {
           at::Tensor h = in;
           for (auto it = net->begin() + first; it != net->begin() + last; ++it) h = it->forward(h);
@@ -33,8 +33,8 @@ at::Tensor SequentialModel::forward(const at::Tensor& inputs) {
   return x;
 }
 
-bool SequentialModel::set_checkpoint_segments(int64_t segments) {
-  SATURATE_CHECK(segments >= 0, "model: checkpoint segments must be >= 0 (0 turns it off), got ",
+bool SequentialModel::set_recompute_segments(int64_t segments) {
+  SATURATE_CHECK(segments >= 0, "model: recompute segments must be >= 0 (0 turns it off), got ",
                  segments);
   const auto children = static_cast<int64_t>(net_->size());
   segments_ = std::min(segments, children);

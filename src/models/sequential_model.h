@@ -23,9 +23,9 @@ class SequentialModel : public Model {
   void to(const c10::Device& device) override;
   int64_t forward_flops_per_sample() const override { return flops_; }
   /// Groups the children into min(segments, children) contiguous runs of near-equal length;
-  /// forward checkpoints each run while training with grad mode on.
-  bool set_checkpoint_segments(int64_t segments) override;
-  int64_t checkpoint_segments() const override { return segments_; }
+  /// forward recomputes each run while training with grad mode on.
+  bool set_recompute_segments(int64_t segments) override;
+  int64_t recompute_segments() const override { return segments_; }
   torch::nn::Sequential& net() { return net_; }
 
  private:
@@ -46,7 +46,7 @@ std::unique_ptr<Model> make_mlp(const ModelInputs& inputs);
 /// 2-4; global average pool; linear to classes). Takes [C,H,W] with H, W >= 8.
 std::unique_ptr<Model> make_resnet18_cifar(const ModelInputs& inputs);
 /// mlp-deep: flatten, 12 x (linear(→512)-ReLU-dropout(0.1)), linear(512→classes). Deep and
-/// activation-heavy for its compute: the model for checkpointing and memory tests.
+/// activation-heavy for its compute: the model for recomputation and memory tests.
 std::unique_ptr<Model> make_mlp_deep(const ModelInputs& inputs);
 /// A TorchScript module whose forward(x) returns logits.
 std::unique_ptr<Model> load_torchscript(const std::string& path, const ModelInputs& inputs);

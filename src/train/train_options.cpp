@@ -65,8 +65,8 @@ void TrainOptions::validate() const {
                  "); each micro-batch needs at least one sample");
   SATURATE_CHECK(precision != Precision::kAuto,
                  "train: precision must be resolved (resolve_precision) before training");
-  SATURATE_CHECK(checkpoint_segments >= 0, "train: --checkpoint-segments must not be negative, got ",
-                 checkpoint_segments);
+  SATURATE_CHECK(recompute_segments >= 0, "train: --recompute-segments must not be negative, got ",
+                 recompute_segments);
   scaler.validate();
   SATURATE_CHECK(eval_batch_size > 0, "train: --eval-batch-size must be positive, got ",
                  eval_batch_size);

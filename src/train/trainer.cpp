@@ -94,9 +94,9 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
   options_.validate();
   model_.to(device_);
   if (options_.memory_format == MemoryFormat::kChannelsLast) to_channels_last(model_);
-  if (options_.checkpoint_segments > 0) {
-    SATURATE_CHECK(model_.set_checkpoint_segments(options_.checkpoint_segments), "train: ",
-                   model_.name(), " does not support activation checkpointing; drop --checkpoint-segments");
+  if (options_.recompute_segments > 0) {
+    SATURATE_CHECK(model_.set_recompute_segments(options_.recompute_segments), "train: ",
+                   model_.name(), " does not support activation recomputation; drop --recompute-segments");
   }
   if (sync_) sync_->attach(model_);
   // Built after the move: the optimizer holds the parameters' device tensors.

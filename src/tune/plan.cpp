@@ -17,7 +17,7 @@ using nlohmann::json;
 
 const std::vector<std::string> kPrecisionNames = {"fp32", "tf32", "bf16", "fp16"};
 const std::vector<std::string> kConfigKeys = {
-    "batch_size", "precision",    "accumulate", "checkpoint_segments",
+    "batch_size", "precision",    "accumulate", "recompute_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
     "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size", "clip_grad_norm"};
@@ -157,6 +157,9 @@ class FieldReader {
     for (auto it = obj_.begin(); it != obj_.end(); ++it) {
       bool is_known = false;
       for (const auto& k : known) is_known = is_known || it.key() == k;
+      SATURATE_CHECK(is_known || it.key() != "checkpoint_segments", source_, ": ",
+                     field(it.key()), " is now ", field("recompute_segments"),
+                     " (activation recomputation); rename it in the plan");
       SATURATE_CHECK(is_known, source_, ": ", field(it.key()), " is not a plan field",
                      did_you_mean(it.key(), known));
     }
@@ -192,7 +195,7 @@ json config_to_json(const TrialConfig& c) {
   return {{"batch_size", t.batch_size},
           {"precision", to_string(t.precision)},
           {"accumulate", t.accumulate},
-          {"checkpoint_segments", t.checkpoint_segments},
+          {"recompute_segments", t.recompute_segments},
           {"lr", t.lr},
           {"warmup_steps", t.warmup_steps},
           {"optimizer", to_string(t.optimizer)},
@@ -221,8 +224,8 @@ TrialConfig config_from_json(const FieldReader& r) {
   r.check(t.accumulate <= t.batch_size, r.field("accumulate"), " (", t.accumulate,
           ") must not exceed ", r.field("batch_size"), " (", t.batch_size,
           "); each micro-batch needs at least one sample");
-  t.checkpoint_segments =
-      r.integer("checkpoint_segments", t.checkpoint_segments, 0, "a non-negative integer");
+  t.recompute_segments =
+      r.integer("recompute_segments", t.recompute_segments, 0, "a non-negative integer");
   t.lr = r.number("lr", t.lr, is_positive, "a positive number");
   t.warmup_steps = r.integer("warmup_steps", t.warmup_steps, -1, "an integer >= -1 (-1: auto)");
   t.optimizer = parse_optimizer(r.name("optimizer", to_string(t.optimizer), {"sgd", "adamw"}));

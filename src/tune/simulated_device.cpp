@@ -57,7 +57,7 @@ int64_t SimulatedProfile::worst_peak_bytes(const TrialConfig& c) const {
   const double m = static_cast<double>(c.micro_batch());
   double per_sample = static_cast<double>(per_sample_bytes);
   if (is_reduced(c.train.precision)) per_sample *= bf16_memory;
-  if (c.train.checkpoint_segments > 0) per_sample *= 0.35;  // segment boundaries only
+  if (c.train.recompute_segments > 0) per_sample *= 0.35;  // segment boundaries only
   const double variable = per_sample * m * (1.0 + memory_superlinear * m / 1024.0);
   return fixed_bytes + static_cast<int64_t>(std::ceil(variable * (1.0 + memory_noise)));
 }
@@ -85,7 +85,7 @@ double sps_without_data(const SimulatedProfile& p, const TrialConfig& c) {
   }
   if (is_reduced(c.train.precision)) sps *= p.bf16_speedup;
   if (c.train.accumulate > 1) sps *= 0.98;           // one optimizer step per K micro-batches
-  if (c.train.checkpoint_segments > 0) sps *= 0.75;  // the forward runs twice
+  if (c.train.recompute_segments > 0) sps *= 0.75;  // the forward runs twice
   return sps;
 }
 
@@ -149,7 +149,7 @@ EvalTrial SimulatedDevice::evaluate(const TrialConfig& config, int64_t eval_batc
   TrialConfig c = config;
   c.train.batch_size = eval_batch;
   c.train.accumulate = 1;
-  c.train.checkpoint_segments = 0;
+  c.train.recompute_segments = 0;
   const int64_t activations = profile_.worst_peak_bytes(c) - profile_.fixed_bytes;
   t.peak_memory_bytes = profile_.fixed_bytes + activations / 4;
   t.fits = t.peak_memory_bytes <= profile_.limit_bytes;

@@ -11,7 +11,7 @@ std::string TrialConfig::describe() const {
   if (world_size > 1) s << " per rank × " << world_size << " ranks";
   s << ", " << to_string(train.precision);
   if (train.accumulate > 1) s << ", accumulate " << train.accumulate;
-  if (train.checkpoint_segments > 0) s << ", checkpoint " << train.checkpoint_segments;
+  if (train.recompute_segments > 0) s << ", recompute " << train.recompute_segments;
   if (train.memory_format != MemoryFormat::kContiguous) s << ", " << to_string(train.memory_format);
   if (threads > 0) s << ", " << threads << " threads";
   if (workers > 0) s << ", " << workers << " workers, prefetch " << prefetch;

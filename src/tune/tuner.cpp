@@ -393,7 +393,7 @@ class Tuner {
     return cache_.emplace(c.describe(), t).first->second;
   }
 
-  // When the user's batch does not fit as one step, activation checkpointing may beat
+  // When the user's batch does not fit as one step, activation recomputation may beat
   // accumulation: try a few segment counts at the full batch.
   void memory_savers() {
     if (current_.train.accumulate <= 1) {
@@ -406,20 +406,20 @@ class Tuner {
     TrialConfig best = current_;
     TrialOutcome best_out = current_out_;
     std::ostringstream tried;
-    for (int s = 2; s <= o_.max_checkpoint_segments; s *= 2) {
+    for (int s = 2; s <= o_.max_recompute_segments; s *= 2) {
       TrialConfig c = current_;
-      c.train.checkpoint_segments = s;
+      c.train.recompute_segments = s;
       c.train.accumulate = 1;
       try {
         const TrialOutcome& out = measured(c, "memory_savers");
-        tried << (tried.tellp() > 0 ? ", " : "") << s << " checkpoint segments "
+        tried << (tried.tellp() > 0 ? ", " : "") << s << " recompute segments "
               << (out.fits ? format_fixed(sps(out), 1) + " samples/s" : "out of memory");
         if (better(out, best_out)) {
           best = c;
           best_out = out;
         }
       } catch (const Error& e) {
-        tried << (tried.tellp() > 0 ? ", " : "") << "checkpointing unavailable (" << e.what() << ")";
+        tried << (tried.tellp() > 0 ? ", " : "") << "recomputation unavailable (" << e.what() << ")";
         break;
       }
     }
@@ -427,7 +427,7 @@ class Tuner {
     finish_stage("memory_savers", before, sps(best_out), changed,
                  "accumulation " + std::to_string(current_.train.accumulate) + "× " +
                      format_fixed(before, 1) + " samples/s; " + tried.str() +
-                     (changed ? ": checkpointing wins" : ": kept accumulation"));
+                     (changed ? ": recomputation wins" : ": kept accumulation"));
     adopt(best, best_out);
   }
 

@@ -282,10 +282,17 @@ def case_precision_bf16(tmp):
         fail(f"bf16 memory/scale: {s}")
 
 
-def case_checkpoint_segments(tmp):
-    _, _, s = small_train(tmp, "--checkpoint-segments", "2")
-    if s["checkpoint_segments"] != 2 or not s["test_accuracy"] > 0.8:
-        fail(f"checkpointed run: {s}")
+def case_recompute_segments(tmp):
+    _, _, s = small_train(tmp, "--recompute-segments", "2")
+    if s["recompute_segments"] != 2 or not s["test_accuracy"] > 0.8:
+        fail(f"recomputed run: {s}")
+    # The old name of the flag and of the plan field say what they are called now.
+    expect_usage_error(["train", "--checkpoint-segments", "2"], "is now --recompute-segments")
+    plan = os.path.join(tmp, "old.json")
+    with open(plan, "w") as f:
+        json.dump({"schema_version": 1, "config": {"checkpoint_segments": 2}}, f)
+    expect_usage_error(["train", "--config", plan],
+                       "config.checkpoint_segments is now config.recompute_segments")
 
 
 def case_logdir_and_trace(tmp):

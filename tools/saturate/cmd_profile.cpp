@@ -241,7 +241,7 @@ int run_profile(const std::vector<std::string>& args) {
   facts.precision = to_string(opts.precision);
   facts.batch_size = opts.batch_size;
   facts.accumulate = opts.accumulate;
-  facts.checkpoint_segments = opts.checkpoint_segments;
+  facts.recompute_segments = opts.recompute_segments;
   facts.workers = rf.workers;
   if (memory_limit > 0) facts.memory_limit_bytes = memory_limit;
   facts.peak_memory_bytes = summary.peak_memory_bytes;

@@ -215,7 +215,7 @@ int run_train(const std::vector<std::string>& args) {
     j["seed"] = opts.seed;
     j["precision"] = to_string(opts.precision);
     j["accumulate"] = opts.accumulate;
-    j["checkpoint_segments"] = opts.checkpoint_segments;
+    j["recompute_segments"] = opts.recompute_segments;
     j["memory_format"] = to_string(opts.memory_format);
     j["memory_limit_bytes"] = memory_limit;
     j["peak_memory_bytes"] = s.peak_memory_bytes;

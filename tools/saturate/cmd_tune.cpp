@@ -90,7 +90,7 @@ std::vector<Finding> plan_findings(const Plan& plan, const Recipe& recipe, int64
   facts.precision = to_string(plan.config.train.precision);
   facts.batch_size = plan.config.train.batch_size;
   facts.accumulate = plan.config.train.accumulate;
-  facts.checkpoint_segments = plan.config.train.checkpoint_segments;
+  facts.recompute_segments = plan.config.train.recompute_segments;
   facts.workers = plan.config.workers;
   facts.memory_limit_bytes = limit_bytes;
   facts.peak_memory_bytes = plan.tuned.peak_memory_bytes;

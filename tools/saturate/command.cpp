@@ -144,6 +144,11 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args) {
     const std::string flag = a.substr(0, a.find('='));
     bool found = false;
     for (const auto& k : known) found = found || k == flag;
+    // Renamed flags say what they are called now (activation checkpointing became
+    // "recompute" when checkpoints of training state arrived).
+    SATURATE_CHECK(found || flag != "--checkpoint-segments", component(app),
+                   ": --checkpoint-segments is now --recompute-segments (activation "
+                   "recomputation; --checkpoint-* flags save training state)");
     SATURATE_CHECK(found, component(app), ": unknown option '", flag, "'",
                    did_you_mean(flag, known));
   }

@@ -66,7 +66,7 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   app.add_option("--accumulate", t.accumulate,
                  "micro-batches per optimizer step (same effective --batch-size)")
       ->capture_default_str();
-  app.add_option("--checkpoint-segments", t.checkpoint_segments,
+  app.add_option("--recompute-segments", t.recompute_segments,
                  "recompute activations in this many segments (0 = off)")
       ->capture_default_str();
   app.add_option("--memory-limit", f.memory_limit,
@@ -128,7 +128,7 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world
   if (plan.memory_limit_bytes > 0 && !given("--memory-limit"))
     f.memory_limit = std::to_string(plan.memory_limit_bytes);
   if (!given("--precision")) f.precision = to_string(p.precision);
-  if (!given("--checkpoint-segments")) t.checkpoint_segments = p.checkpoint_segments;
+  if (!given("--recompute-segments")) t.recompute_segments = p.recompute_segments;
   if (!given("--memory-format")) f.memory_format = to_string(p.memory_format);
   if (!given("--warmup-steps")) t.warmup_steps = p.warmup_steps;
   if (!given("--optimizer")) f.optimizer = to_string(p.optimizer);

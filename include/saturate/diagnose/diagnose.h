@@ -47,7 +47,7 @@ struct RunFacts {
   std::string precision = "fp32";  ///< fp32, tf32, bf16, fp16
   int64_t batch_size = 0;
   int64_t accumulate = 1;
-  int64_t checkpoint_segments = 0;
+  int64_t recompute_segments = 0;
   int workers = 0;                 ///< input-pipeline threads (0: in the training thread)
   bool pinned_memory = false;      ///< batch buffers page-locked (matters on a GPU)
 
@@ -95,7 +95,7 @@ struct DiagnoseThresholds {
   /// times the few hundred ops of a small model's step.
   double tiny_step_ms = 5.0;
   /// Peak memory above this share of the limit: the next larger input or a fragmentation spike
-  /// OOMs (the 90% rule of the anchors' checkpointing advice).
+  /// OOMs (the 90% rule of the anchors' memory-saving advice).
   double memory_near_limit_pct = 90.0;
   /// Host→device copy above this share of the step: copies are not overlapped with compute.
   double copy_share_pct = 5.0;

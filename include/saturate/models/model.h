@@ -31,7 +31,7 @@ class Model {
   /// A built-in name (see builtin_model_names()) or "torchscript:<path>".
   virtual std::string name() const = 0;
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
-  /// Trainable parameters, in a stable order (the optimizer and checkpoints rely on it).
+  /// Trainable parameters, in a stable order (the optimizer and saved training state rely on it).
   virtual std::vector<at::Tensor> parameters() = 0;
   /// Every tensor of the model's state (parameters and buffers), in a stable order.
   virtual std::vector<at::Tensor> state_tensors() = 0;
@@ -41,15 +41,15 @@ class Model {
   virtual void to(const c10::Device& device) = 0;
   /// Forward FLOPs per sample (multiply-add = 2), 0 when unknown (TorchScript).
   virtual int64_t forward_flops_per_sample() const { return 0; }
-  /// Splits the model into `segments` contiguous activation-checkpointed segments (0 turns it
+  /// Splits the model into `segments` contiguous activation-recomputed segments (0 turns it
   /// off; more segments than layers clamp to one per layer): in training mode with grad on,
   /// forward then keeps only each segment's input and backward recomputes the rest
-  /// (saturate::checkpoint), trading about one extra forward for activation memory. Returns
+  /// (saturate::recompute), trading about one extra forward for activation memory. Returns
   /// false, changing nothing, when the model cannot (TorchScript); the built-ins can, and throw
   /// saturate::Error for a negative count.
-  virtual bool set_checkpoint_segments(int64_t /*segments*/) { return false; }
-  /// The segment count in effect after clamping; 0 when checkpointing is off.
-  virtual int64_t checkpoint_segments() const { return 0; }
+  virtual bool set_recompute_segments(int64_t /*segments*/) { return false; }
+  /// The segment count in effect after clamping; 0 when recomputation is off.
+  virtual int64_t recompute_segments() const { return 0; }
 };
 
 /// Number of scalar parameters.

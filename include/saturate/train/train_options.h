@@ -54,8 +54,8 @@ struct TrainOptions {
   /// `accumulate` forward/backward passes of ceil(batch_size / accumulate), with each loss
   /// weighted by its share of the batch so the gradients equal one pass over the whole batch.
   int64_t accumulate = 1;
-  /// Activation checkpointing: the model's layers in this many recomputed segments (0 = off).
-  int64_t checkpoint_segments = 0;
+  /// Activation recomputation (PyTorch's "activation checkpointing"): the model's layers in this many recomputed segments (0 = off).
+  int64_t recompute_segments = 0;
   /// Layout of image inputs and 4-D weights (channels-last needs [N, C, H, W] inputs).
   MemoryFormat memory_format = MemoryFormat::kContiguous;
   /// Data parallel: after every step the ranks agree whether any ran out of memory, and then

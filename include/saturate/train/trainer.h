@@ -56,7 +56,7 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  /// Moves the model to `device`, applies checkpoint segments and builds the optimizer. `model`
+  /// Moves the model to `device`, applies recompute segments and builds the optimizer. `model`
   /// (and `memory`, when given) must outlive the trainer. With `memory`, each step's peak
   /// memory is recorded and probe() is available.
   /// With `sync` (which must outlive the trainer too), every micro-batch's gradients go

@@ -49,14 +49,14 @@ struct TuneOptions {
   double search_share = 0.5;
   /// The guard needs this many optimizer steps of each run to mean anything; when the budget
   /// cannot pay for that, it is not run and only changes that leave the optimisation as the
-  /// user had it (accumulation, workers, threads, checkpointing) are kept.
+  /// user had it (accumulation, workers, threads, recomputation) are kept.
   int64_t min_quality_steps = 8;
   /// Validation samples each guard run evaluates (sizes the runs to the budget).
   int64_t eval_samples = 0;
   /// When twice the baseline's seed-to-seed noise exceeds this many quality tolerances, the
   /// guard's runs are too short to judge: status "inconclusive", math-preserving fall-back.
   double max_tolerance_factor = 5.0;
-  int max_checkpoint_segments = 4;    ///< memory-saver stage tries 2..this segments
+  int max_recompute_segments = 4;    ///< memory-saver stage tries 2..this segments
   /// The evaluation-batch stage: false keeps the base's eval batch (given by the user) after
   /// checking that it fits. Candidates double from the training micro-batch up to the
   /// validation split; each is measured on `eval_batches` timed batches.

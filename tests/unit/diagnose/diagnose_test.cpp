@@ -159,7 +159,7 @@ TEST(Diagnose, MemoryNearLimit) {
   EXPECT_EQ(x->severity, Severity::kWarning);
   EXPECT_NEAR(evidence(*x, "used"), 95.0, 1e-9);
   EXPECT_NE(x->recommendation.find("--precision bf16"), std::string::npos);
-  EXPECT_NE(x->recommendation.find("--checkpoint-segments"), std::string::npos);
+  EXPECT_NE(x->recommendation.find("--recompute-segments"), std::string::npos);
   EXPECT_NE(x->recommendation.find("--accumulate 2"), std::string::npos);
   f.peak_memory_bytes = 70LL << 30;  // 87.5%
   EXPECT_FALSE(find(diagnose(f), "memory-near-limit").has_value());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// One training step's output and gradients, for comparing a checkpointed model with a plain one.
+// One training step's output and gradients, for comparing a recomputed model with a plain one.
 
 #include <cstdint>
 #include <string>

@@ -77,12 +77,12 @@ TEST(TorchScriptModel, LoadsAndRunsTheFixture) {
   EXPECT_EQ(m->forward(torch::zeros({4, 1, 28, 28})).sizes(), (std::vector<int64_t>{4, 10}));
 }
 
-TEST(TorchScriptModel, CannotBeCheckpointed) {
+TEST(TorchScriptModel, CannotRecomputeSegments) {
   const std::string path = testing::fixtures_dir() + "/tiny_cnn.pt";
   if (!exists(path)) GTEST_SKIP() << "fixture " << path << " was not generated";
   auto m = make_model(path, kFmnist);
-  EXPECT_FALSE(m->set_checkpoint_segments(2));
-  EXPECT_EQ(m->checkpoint_segments(), 0);
+  EXPECT_FALSE(m->set_recompute_segments(2));
+  EXPECT_EQ(m->recompute_segments(), 0);
 }
 
 TEST(TorchScriptModel, WrongOutputShapeIsAClearError) {

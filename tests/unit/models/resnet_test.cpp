@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// resnet18-cifar: architecture, FLOPs and checkpoint segments. Slow (ctest label `slow`):
+// resnet18-cifar: architecture, FLOPs and recompute segments. Slow (ctest label `slow`):
 // building the 11M-parameter model alone takes ~0.1 s and a 32x32 forward ~1 GFLOP per sample.
 #include <string>
 #include <vector>
@@ -58,15 +58,15 @@ TEST(Resnet18Cifar, TakesAnyChannelCountAndSmallImages) {
 TEST(Resnet18Cifar, SegmentsFallOnBlockBoundariesAndKeepTheGrads) {
   torch::manual_seed(3);
   auto model = make_model("resnet18-cifar", {{3, 8, 8}, 10});
-  EXPECT_TRUE(model->set_checkpoint_segments(100));
-  EXPECT_EQ(model->checkpoint_segments(), 12);  // stem, 8 blocks, pool, flatten, linear
+  EXPECT_TRUE(model->set_recompute_segments(100));
+  EXPECT_EQ(model->recompute_segments(), 12);  // stem, 8 blocks, pool, flatten, linear
   const at::Tensor x = torch::randn({2, 3, 8, 8});
   const at::Tensor y = torch::randint(10, {2});
-  ASSERT_TRUE(model->set_checkpoint_segments(0));
+  ASSERT_TRUE(model->set_recompute_segments(0));
   const auto plain = testing::train_step_grads(*model, x, y, /*seed=*/11);
   // Batch norm normalises with batch statistics in training, so the recomputation's extra
   // running-stat update does not change the grads.
-  ASSERT_TRUE(model->set_checkpoint_segments(4));
+  ASSERT_TRUE(model->set_recompute_segments(4));
   testing::expect_same_grads(testing::train_step_grads(*model, x, y, /*seed=*/11), plain,
                              /*tol=*/1e-5, "4 segments");
 }

@@ -226,11 +226,11 @@ TEST(Trainer, Issue16_ClipsTheGlobalGradientNormAndRecordsIt) {
   EXPECT_THROW(bad.validate(), Error);
 }
 
-TEST(Trainer, Bf16AndCheckpointedRunsTrainToo) {
+TEST(Trainer, Bf16AndRecomputedRunsTrainToo) {
   const auto data = testing::make_pattern_splits(512, 128);
   TrainOptions o = small_run(40);
   o.precision = Precision::kBf16;
-  o.checkpoint_segments = 2;
+  o.recompute_segments = 2;
   const RunResult r = run("fmnist-cnn", o, data);
   EXPECT_GT(r.summary.test_accuracy, 0.9);
   EXPECT_EQ(r.summary.skipped_steps, 0);

@@ -22,7 +22,7 @@ TrialConfig tuned_config() {
   c.train.batch_size = 384;
   c.train.precision = Precision::kBf16;
   c.train.accumulate = 3;
-  c.train.checkpoint_segments = 2;
+  c.train.recompute_segments = 2;
   c.train.lr = 0.0123456789;
   c.train.warmup_steps = 25;
   c.train.optimizer = OptimizerKind::kSgd;
@@ -68,7 +68,7 @@ void expect_config_eq(const TrialConfig& a, const TrialConfig& b) {
   EXPECT_EQ(a.train.batch_size, b.train.batch_size);
   EXPECT_EQ(a.train.precision, b.train.precision);
   EXPECT_EQ(a.train.accumulate, b.train.accumulate);
-  EXPECT_EQ(a.train.checkpoint_segments, b.train.checkpoint_segments);
+  EXPECT_EQ(a.train.recompute_segments, b.train.recompute_segments);
   EXPECT_EQ(a.train.lr, b.train.lr);
   EXPECT_EQ(a.train.warmup_steps, b.train.warmup_steps);
   EXPECT_EQ(a.train.optimizer, b.train.optimizer);
@@ -160,7 +160,7 @@ TEST(Plan, MinimalHandWrittenPlanKeepsDefaults) {
   EXPECT_EQ(p.config.train.batch_size, 128);
   EXPECT_EQ(p.config.train.precision, defaults.precision);
   EXPECT_EQ(p.config.train.accumulate, defaults.accumulate);
-  EXPECT_EQ(p.config.train.checkpoint_segments, defaults.checkpoint_segments);
+  EXPECT_EQ(p.config.train.recompute_segments, defaults.recompute_segments);
   EXPECT_EQ(p.config.train.lr, defaults.lr);
   EXPECT_EQ(p.config.train.warmup_steps, defaults.warmup_steps);
   EXPECT_EQ(p.config.train.optimizer, defaults.optimizer);
@@ -219,7 +219,7 @@ TEST(Plan, EachBadConfigFieldIsAnErrorNamingItAndTheSource) {
       {"precision", 16, "config.precision must be a string, got 16"},
       {"accumulate", 0, "config.accumulate must be an integer >= 1, got 0"},
       {"accumulate", 256, "config.accumulate (256) must not exceed config.batch_size (128)"},
-      {"checkpoint_segments", -1, "config.checkpoint_segments must be a non-negative integer"},
+      {"recompute_segments", -1, "config.recompute_segments must be a non-negative integer"},
       {"lr", 0, "config.lr must be a positive number, got 0"},
       {"lr", "fast", "config.lr must be a positive number, got \"fast\""},
       {"warmup_steps", -2, "config.warmup_steps must be an integer >= -1"},

@@ -152,9 +152,9 @@ TEST(Tuner, Issue5_WhenTheUsersBatchDoesNotFitItIsKeptThroughAccumulation) {
   EXPECT_GT(plan.config.train.accumulate, 1);
   EXPECT_EQ(plan.effective_batch, "kept");
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
-  // The memory-saver stage compared checkpointing against accumulation and said which won.
+  // The memory-saver stage compared recomputation against accumulation and said which won.
   const PlanStage& savers = stage(plan, "memory_savers");
-  EXPECT_NE(savers.why.find("checkpoint segments"), std::string::npos) << savers.why;
+  EXPECT_NE(savers.why.find("recompute segments"), std::string::npos) << savers.why;
   EXPECT_LE(p.worst_peak_bytes(plan.config), p.limit_bytes);
 }
 
@@ -204,8 +204,8 @@ class Wrapped : public TrialRunner {
     ++trials_;
     if (stop_after > 0 && trials_ >= stop_after) stop.store(true);
     TrialOutcome t = inner_.run(r);
-    if (t.fits && r.config.train.checkpoint_segments > 0 && checkpoint_peak_bytes > 0) {
-      t.measurement.peak_memory_bytes = checkpoint_peak_bytes;
+    if (t.fits && r.config.train.recompute_segments > 0 && recompute_peak_bytes > 0) {
+      t.measurement.peak_memory_bytes = recompute_peak_bytes;
       t.measurement.samples_per_s *= 10;  // tempting: much faster, but over the reserve
       for (double& x : t.measurement.step_samples_per_s) x *= 10;
     }
@@ -226,7 +226,7 @@ class Wrapped : public TrialRunner {
 
   std::atomic<bool> stop{false};
   int stop_after = 0;
-  int64_t checkpoint_peak_bytes = 0;
+  int64_t recompute_peak_bytes = 0;
   int64_t oom_quality_batch = 0;
   int quality_runs = 0;
   int64_t max_quality_samples = 0;
@@ -300,7 +300,7 @@ TEST(Tuner, Issue13_CtrlCStopsAtATrialBoundaryWithAPartialPlan) {
 }
 
 TEST(Tuner, Issue13_AMemorySaverOverTheReserveIsNotTaken) {
-  // The user's batch does not fit at once; checkpointing measures 10x faster but peaks at 95%
+  // The user's batch does not fit at once; recomputation measures 10x faster but peaks at 95%
   // of the limit, inside the 10% reserve. Before issue 13 only the batch search enforced the
   // reserve and the memory-saver stage took it.
   SimulatedProfile p = gpu_like();
@@ -308,11 +308,11 @@ TEST(Tuner, Issue13_AMemorySaverOverTheReserveIsNotTaken) {
   p.half_batch = 4;
   SimulatedDevice dev(p, 25);
   Wrapped runner(dev);
-  runner.checkpoint_peak_bytes = static_cast<int64_t>(0.95 * static_cast<double>(p.limit_bytes));
+  runner.recompute_peak_bytes = static_cast<int64_t>(0.95 * static_cast<double>(p.limit_bytes));
   TuneOptions o = options();
   o.precisions.clear();
   const Plan plan = tune(runner, user(4096), o);
-  EXPECT_EQ(plan.config.train.checkpoint_segments, 0) << stage(plan, "memory_savers").why;
+  EXPECT_EQ(plan.config.train.recompute_segments, 0) << stage(plan, "memory_savers").why;
   EXPECT_LE(plan.tuned.peak_memory_bytes, static_cast<int64_t>(0.9 * p.limit_bytes));
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Checkpointing must actually drop activations: measure the heap a training forward leaves
+// Recomputation must actually drop activations: measure the heap a training forward leaves
 // allocated for backward, with and without segments.
 #include <malloc.h>
 
@@ -34,18 +34,18 @@ int64_t bytes_held_by_forward(Model& model, const at::Tensor& x) {
 
 }  // namespace
 
-TEST(CheckpointMemory, SegmentsHoldFarLessThanPlainAutograd) {
+TEST(RecomputeMemory, SegmentsHoldFarLessThanPlainAutograd) {
   torch::manual_seed(0);
   auto model = make_model("mlp-deep", {{784}, 10});
   const at::Tensor x = torch::randn({256, 784});  // 512 KiB per 512-wide activation
   bytes_held_by_forward(*model, x);               // warm-up: one-time allocator and BLAS state
 
   const int64_t plain = bytes_held_by_forward(*model, x);
-  ASSERT_TRUE(model->set_checkpoint_segments(4));
+  ASSERT_TRUE(model->set_recompute_segments(4));
   const int64_t ckpt = bytes_held_by_forward(*model, x);
   RecordProperty("plain_held_bytes", std::to_string(plain));
-  RecordProperty("checkpoint_held_bytes", std::to_string(ckpt));
-  std::printf("forward holds %lld bytes plain, %lld bytes with 4 checkpoint segments\n",
+  RecordProperty("recompute_held_bytes", std::to_string(ckpt));
+  std::printf("forward holds %lld bytes plain, %lld bytes with 4 recompute segments\n",
               static_cast<long long>(plain), static_cast<long long>(ckpt));
   // Each of the 12 blocks saves its ReLU output, its dropout mask and its dropout output:
   // 3 x 512 KiB, 18 MiB in all. Four segments keep three segment inputs (1.5 MiB).

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/models/checkpoint.h"
+#include "saturate/models/recompute.h"
 
 #include <string>
 #include <vector>
@@ -12,7 +12,7 @@ namespace saturate {
 namespace {
 namespace nn = torch::nn;
 
-// The tensors a training step produces, for comparing a checkpointed run with a plain one.
+// The tensors a training step produces, for comparing a recomputed run with a plain one.
 struct StepResult {
   at::Tensor out;
   at::Tensor input_grad;
@@ -26,12 +26,12 @@ nn::Sequential make_block() {
   return nn::Sequential(nn::Linear(16, 32), nn::ReLU(), nn::Dropout(0.5), nn::Linear(32, 8));
 }
 
-StepResult run_step(nn::Sequential& net, const at::Tensor& input, bool use_checkpoint) {
+StepResult run_step(nn::Sequential& net, const at::Tensor& input, bool use_recompute) {
   for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
   at::Tensor x = input.detach().clone().requires_grad_(input.requires_grad());
   torch::manual_seed(1234);
-  at::Tensor out = use_checkpoint
-                       ? checkpoint([&](const at::Tensor& in) { return net->forward(in); }, x)
+  at::Tensor out = use_recompute
+                       ? recompute([&](const at::Tensor& in) { return net->forward(in); }, x)
                        : net->forward(x);
   // A fixed, non-uniform upstream gradient.
   const at::Tensor weight = torch::linspace(-1.0, 1.0, out.numel()).reshape(out.sizes());
@@ -80,38 +80,38 @@ class CpuAutocast {
 
 }  // namespace
 
-TEST(Checkpoint, MatchesPlainAutogradWithDropout) {
+TEST(Recompute, MatchesPlainAutogradWithDropout) {
   nn::Sequential net = make_block();
   const at::Tensor x = torch::randn({4, 16}).requires_grad_(true);
-  const StepResult plain = run_step(net, x, /*use_checkpoint=*/false);
-  const StepResult ckpt = run_step(net, x, /*use_checkpoint=*/true);
+  const StepResult plain = run_step(net, x, /*use_recompute=*/false);
+  const StepResult ckpt = run_step(net, x, /*use_recompute=*/true);
   // Dropout really dropped something, so the replayed mask is what is being compared.
   EXPECT_GT((plain.param_grads[2] == 0).sum().item<int64_t>(), 0);
   expect_same_step(ckpt, plain, /*tol=*/1e-6);
 }
 
-TEST(Checkpoint, InputWithoutGradStillGivesParameterGrads) {
+TEST(Recompute, InputWithoutGradStillGivesParameterGrads) {
   nn::Sequential net = make_block();
   const at::Tensor x = torch::randn({4, 16});  // like a data batch
-  const StepResult plain = run_step(net, x, /*use_checkpoint=*/false);
-  const StepResult ckpt = run_step(net, x, /*use_checkpoint=*/true);
+  const StepResult plain = run_step(net, x, /*use_recompute=*/false);
+  const StepResult ckpt = run_step(net, x, /*use_recompute=*/true);
   EXPECT_FALSE(ckpt.input_grad.defined());
   expect_same_step(ckpt, plain, /*tol=*/1e-6);
 }
 
-TEST(Checkpoint, RecomputesUnderTheForwardsAutocastState) {
+TEST(Recompute, RecomputesUnderTheForwardsAutocastState) {
   nn::Sequential net = make_block();
   const at::Tensor x = torch::randn({4, 16}).requires_grad_(true);
   // Autocast covers only the forward; backward (and so the recomputation) runs outside it, and
   // the recomputation must re-enter bf16 on its own to produce the same gradients.
-  auto autocast_step = [&](bool use_checkpoint) {
+  auto autocast_step = [&](bool use_recompute) {
     for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
     at::Tensor xi = x.detach().clone().requires_grad_(true);
     torch::manual_seed(99);
     at::Tensor out;
     {
       CpuAutocast autocast;
-      out = use_checkpoint ? checkpoint([&](const at::Tensor& in) { return net->forward(in); }, xi)
+      out = use_recompute ? recompute([&](const at::Tensor& in) { return net->forward(in); }, xi)
                            : net->forward(xi);
     }
     EXPECT_EQ(out.scalar_type(), at::kBFloat16);
@@ -131,14 +131,14 @@ TEST(Checkpoint, RecomputesUnderTheForwardsAutocastState) {
   EXPECT_TRUE(at::autocast::is_autocast_cache_enabled()) << "backward left the cast cache off";
 }
 
-TEST(Checkpoint, RunsTheSegmentOnceMoreInBackward) {
+TEST(Recompute, RunsTheSegmentOnceMoreInBackward) {
   nn::Linear lin(4, 4);
   int calls = 0;
   auto fn = [&](const at::Tensor& in) {
     ++calls;
     return lin(in);
   };
-  at::Tensor y = checkpoint(fn, torch::randn({2, 4}));
+  at::Tensor y = recompute(fn, torch::randn({2, 4}));
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(y.requires_grad());
   y.sum().backward();
@@ -146,7 +146,7 @@ TEST(Checkpoint, RunsTheSegmentOnceMoreInBackward) {
   EXPECT_TRUE(lin->weight.grad().defined());
 }
 
-TEST(Checkpoint, OutsideGradModeJustCallsTheSegment) {
+TEST(Recompute, OutsideGradModeJustCallsTheSegment) {
   nn::Linear lin(4, 4);
   int calls = 0;
   auto fn = [&](const at::Tensor& in) {
@@ -156,20 +156,20 @@ TEST(Checkpoint, OutsideGradModeJustCallsTheSegment) {
   const at::Tensor x = torch::randn({2, 4}).requires_grad_(true);
   {
     torch::NoGradGuard no_grad;
-    at::Tensor y = checkpoint(fn, x);
+    at::Tensor y = recompute(fn, x);
     EXPECT_FALSE(y.requires_grad());
     EXPECT_EQ(y.grad_fn(), nullptr);
     expect_close(y, lin(x).detach(), 0.0, "no-grad output");
   }
   {
     c10::InferenceMode inference;
-    EXPECT_FALSE(checkpoint(fn, x).requires_grad());
+    EXPECT_FALSE(recompute(fn, x).requires_grad());
   }
   EXPECT_EQ(calls, 2);
 }
 
-TEST(Checkpoint, SegmentWithoutParametersOrGradInputIsHarmless) {
-  at::Tensor y = checkpoint([](const at::Tensor& in) { return in * 2; }, torch::ones({3}));
+TEST(Recompute, SegmentWithoutParametersOrGradInputIsHarmless) {
+  at::Tensor y = recompute([](const at::Tensor& in) { return in * 2; }, torch::ones({3}));
   // The dummy edge makes the output require grad; backward recomputes and finds nothing to do.
   y.sum().backward();
   expect_close(y, torch::full({3}, 2.0), 0.0, "output");

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Activation checkpointing: trade compute for memory by dropping a segment's activations in
-// forward and recomputing them in backward (PyTorch's reentrant torch.utils.checkpoint, in C++).
+// Activation recomputation (what PyTorch calls activation checkpointing; saturate keeps the word
+// "checkpoint" for saved training state): trade compute for memory by dropping a segment's
+// activations in forward and recomputing them in backward (PyTorch's reentrant
+// torch.utils.checkpoint, in C++).
 //
-//   at::Tensor h = saturate::checkpoint([&](const at::Tensor& x) { return block->forward(x); }, x);
-//   loss_of(h).backward();  // block's parameters get their .grad as without checkpointing
+//   at::Tensor h = saturate::recompute([&](const at::Tensor& x) { return block->forward(x); }, x);
+//   loss_of(h).backward();  // block's parameters get their .grad as without recomputation
 
 #include <functional>
 
@@ -12,7 +14,7 @@
 
 namespace saturate {
 
-/// One checkpointed segment: a pure function of its input apart from the RNG and module state.
+/// One recomputed segment: a pure function of its input apart from the RNG and module state.
 using SegmentFn = std::function<at::Tensor(const at::Tensor&)>;
 
 /// Runs fn(input) without keeping its intermediate activations (only `input` is kept) and runs
@@ -27,6 +29,6 @@ using SegmentFn = std::function<at::Tensor(const at::Tensor&)>;
 /// fn is copied and kept alive until the graph is freed. It runs twice per training step, so
 /// module state it updates in forward (batch-norm running statistics) is updated twice, as with
 /// PyTorch's checkpoint.
-at::Tensor checkpoint(const SegmentFn& fn, const at::Tensor& input);
+at::Tensor recompute(const SegmentFn& fn, const at::Tensor& input);
 
 }  // namespace saturate

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/models/checkpoint.h"
+#include "saturate/models/recompute.h"
 
 #include <mutex>
 #include <optional>
@@ -92,7 +92,7 @@ std::optional<at::Generator> cuda_generator(c10::DeviceIndex device) {
 #if SATURATE_HAS_CUDA
   return at::cuda::detail::getDefaultCUDAGenerator(device);
 #else
-  SATURATE_ASSERT(false, "checkpoint: CUDA input in a build without CUDA");
+  SATURATE_ASSERT(false, "recompute: CUDA input in a build without CUDA");
   return std::nullopt;
 #endif
 }
@@ -127,7 +127,7 @@ class RngFork {
 
 // Arguments: fn (not a variable), input, and an optional dummy; backward returns one gradient
 // for each, undefined for fn and the dummy.
-struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
   static at::Tensor forward(AutogradContext* ctx, const SegmentFn& fn, const at::Tensor& input,
                             const std::optional<at::Tensor>& /*dummy*/) {
     auto state = c10::make_intrusive<SegmentState>(fn);
@@ -165,16 +165,16 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-at::Tensor checkpoint(const SegmentFn& fn, const at::Tensor& input) {
-  SATURATE_CHECK(static_cast<bool>(fn), "checkpoint: the segment function is empty");
-  SATURATE_CHECK(input.defined(), "checkpoint: the input tensor is undefined");
+at::Tensor recompute(const SegmentFn& fn, const at::Tensor& input) {
+  SATURATE_CHECK(static_cast<bool>(fn), "recompute: the segment function is empty");
+  SATURATE_CHECK(input.defined(), "recompute: the input tensor is undefined");
   if (!at::GradMode::is_enabled()) return fn(input);
   // Without an input that requires grad, apply() would create no node: no recomputation and no
   // parameter grads. The dummy is never read; it only gives the node an edge.
   std::optional<at::Tensor> dummy;
   if (!input.requires_grad())
     dummy = at::empty({0}, input.options().dtype(at::kFloat)).requires_grad_(true);
-  return CheckpointFunction::apply(fn, input, dummy);
+  return RecomputeFunction::apply(fn, input, dummy);
 }
 
 }  // namespace saturate
