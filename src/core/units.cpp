@@ -56,6 +56,31 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+double parse_duration_s(const std::string& text, const std::string& what) {
+  const std::string bad = detail::concat(what, ": cannot read '", text,
+                                         "' as a duration; expected e.g. 10min, 30s, 1.5h or 500ms");
+  size_t pos = 0;
+  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
+    ++pos;
+  SATURATE_CHECK(pos > 0, bad);
+  char* end = nullptr;
+  const std::string number = text.substr(0, pos);
+  const double value = std::strtod(number.c_str(), &end);
+  SATURATE_CHECK(end && *end == '\0', bad);
+  std::string unit = lower(text.substr(pos));
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  double mult = 0;
+  if (unit.empty() || unit == "s" || unit == "sec") mult = 1;
+  if (unit == "ms") mult = 1e-3;
+  if (unit == "m" || unit == "min") mult = 60;
+  if (unit == "h") mult = 3600;
+  SATURATE_CHECK(mult > 0, bad);
+  const double seconds = value * mult;
+  SATURATE_CHECK(seconds > 0, what, ": duration must be positive, got '", text, "'");
+  SATURATE_CHECK(seconds < 1e9, what, ": duration '", text, "' is too long");
+  return seconds;
+}
+
 std::string format_fixed(double value, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, value);

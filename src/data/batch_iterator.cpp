@@ -67,6 +67,13 @@ void BatchIterator::start_epoch(int64_t epoch) {
   }
 }
 
+void BatchIterator::seek(int64_t epoch, int64_t batch) {
+  start_epoch(epoch);
+  SATURATE_CHECK(batch >= 0 && batch <= batches_per_epoch(), "data: cannot seek to batch ", batch,
+                 " of an epoch of ", batches_per_epoch());
+  cursor_ = batch * options_.batch_size;
+}
+
 int64_t BatchIterator::batches_per_epoch() const {
   const int64_t n = static_cast<int64_t>(order_.size());
   const int64_t b = options_.batch_size;

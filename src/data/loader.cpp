@@ -130,12 +130,15 @@ LoaderStats Loader::stats() const {
   return s;
 }
 
-void Loader::start_epoch(int64_t epoch) {
+void Loader::start_epoch(int64_t epoch) { seek(epoch, 0); }
+
+void Loader::seek(int64_t epoch, int64_t batch) {
   SATURATE_CHECK(epoch >= 0, "loader: epoch must not be negative, got ", epoch);
+  SATURATE_CHECK(batch >= 0, "loader: batch must not be negative, got ", batch);
   std::unique_lock<std::mutex> lock(mutex_);
   // The epoch already started and nothing taken from it (the constructor starts epoch 0, and a
   // trainer starts it again): its batches made so far are the ones asked for, so keep them.
-  if (started_ && epoch == epoch_ && handed_out_ == 0) return;
+  if (started_ && epoch == epoch_ && handed_out_ == 0 && batch == 0) return;
   started_ = true;
   // Fills in progress belong to the old epoch: they stop at their next sample and are dropped.
   ++generation_;
@@ -165,8 +168,11 @@ void Loader::start_epoch(int64_t epoch) {
     s->state = Slot::State::kFree;
     s->batch = -1;
   }
-  next_claim_ = 0;
-  handed_out_ = 0;
+  SATURATE_CHECK(batch <= batches_, "loader: cannot seek to batch ", batch, " of epoch ", epoch,
+                 ", which has ", batches_);
+  // Workers start at `batch`: the slot of batch k is k % slots whatever the start.
+  next_claim_ = batch;
+  handed_out_ = batch;
   lock.unlock();
   work_cv_.notify_all();
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,9 +13,24 @@
 
 namespace saturate {
 
-JsonlSink::JsonlSink(const std::string& path) : path_(path) {
+JsonlSink::JsonlSink(const std::string& path, int64_t resume_step) : path_(path) {
+  std::string kept;
+  if (resume_step >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      // A line cut short by the crash that led to the resume does not parse: dropped. An
+      // evaluation at the checkpoint's step ran before it was written, so it stays.
+      if (!j.is_object()) continue;
+      const int64_t step = j.value("step", int64_t{-1});
+      if (step >= 0 && (step < resume_step || (step == resume_step && j.value("type", "") == "eval")))
+        kept += line + "\n";
+    }
+  }
   file_ = std::fopen(path.c_str(), "w");
   SATURATE_CHECK(file_ != nullptr, "telemetry: cannot write '", path, "': ", std::strerror(errno));
+  if (!kept.empty()) std::fwrite(kept.data(), 1, kept.size(), file_);
 }
 
 JsonlSink::~JsonlSink() {
@@ -89,6 +105,8 @@ void JsonlSink::on_device_sample(int64_t step, const DeviceSample& s) {
   const std::string line = sample_line(step, s) + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);
 }
+
+void JsonlSink::on_checkpoint(int64_t) { std::fflush(file_); }
 
 void JsonlSink::on_end() { std::fflush(file_); }
 

@@ -57,6 +57,10 @@ void MultiSink::on_device_sample(int64_t step, const DeviceSample& sample) {
   for (TelemetrySink* s : sinks_) s->on_device_sample(step, sample);
 }
 
+void MultiSink::on_checkpoint(int64_t steps_done) {
+  for (auto* s : sinks_) s->on_checkpoint(steps_done);
+}
+
 void MultiSink::on_end() {
   for (auto* s : sinks_) s->on_end();
 }

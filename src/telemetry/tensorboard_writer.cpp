@@ -16,19 +16,6 @@ namespace saturate {
 namespace {
 
 // Table-driven CRC-32C, reflected polynomial 0x82F63B78.
-const std::array<uint32_t, 256>& crc_table() {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  return table;
-}
-
 void put_varint(std::string& out, uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<char>((v & 0x7F) | 0x80));
@@ -61,19 +48,6 @@ std::string host_name() {
 }
 
 }  // namespace
-
-uint32_t crc32c(const void* data, size_t size) {
-  const auto& table = crc_table();
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
-
-uint32_t masked_crc32c(const void* data, size_t size) {
-  const uint32_t crc = crc32c(data, size);
-  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-}
 
 std::string TensorBoardWriter::frame_record(const std::string& payload) {
   std::string out;
@@ -140,6 +114,19 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
                                    double wall_time_s) {
   write_record(encode_scalar_event(tag, static_cast<float>(value), step,
                                    wall_time_s < 0 ? now_s() : wall_time_s));
+}
+
+void TensorBoardWriter::add_session_start(int64_t step) {
+  std::string log;  // SessionLog: status = 1 (enum), START = 1
+  put_varint(log, (1 << 3) | 0);
+  put_varint(log, 1);
+  std::string event;  // Event: wall_time = 1, step = 2, session_log = 6
+  put_varint(event, (1 << 3) | 1);
+  put_fixed(event, now_s());
+  put_varint(event, (2 << 3) | 0);
+  put_varint(event, static_cast<uint64_t>(step));
+  put_bytes_field(event, 6, log);
+  write_record(event);
 }
 
 void TensorBoardWriter::flush() {

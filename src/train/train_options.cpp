@@ -68,6 +68,8 @@ void TrainOptions::validate() const {
   SATURATE_CHECK(recompute_segments >= 0, "train: --recompute-segments must not be negative, got ",
                  recompute_segments);
   scaler.validate();
+  SATURATE_CHECK(max_skipped_steps >= 1, "train: --max-skipped-steps must be at least 1, got ",
+                 max_skipped_steps);
   SATURATE_CHECK(eval_batch_size > 0, "train: --eval-batch-size must be positive, got ",
                  eval_batch_size);
   SATURATE_CHECK(eval_every >= 0, "train: --eval-every must not be negative, got ", eval_every);

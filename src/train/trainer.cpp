@@ -5,8 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <limits>
+#include <mutex>
+#include <sstream>
 #include <string>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
@@ -85,6 +91,13 @@ struct Trainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<GradScaler> scaler;
   std::vector<at::Tensor> params;
+  // The run's position and history (only the fields capture() fills from here are used):
+  // steps done, the next batch's place, the records and parts so far.
+  TrainState run;
+  bool resume_pending = false;  // restore() ran; the next fit() continues from `run`
+  bool in_fit = false;
+  Clock::time_point fit_start;  // of the part in progress
+  double wall_before_s = 0;     // training-loop time of the parts before it
 };
 
 Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceMemory* memory,
@@ -228,14 +241,27 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   const int64_t total =
       options_.steps > 0 ? options_.steps : options_.epochs * batches.batches_per_epoch();
   const int64_t warmup = options_.resolved_warmup_steps(total);
-  std::vector<StepRecord> records;
+  State& st = *state_;
+  TrainState& run = st.run;
+  const bool resumed = st.resume_pending;
+  st.resume_pending = false;
+  if (!resumed) run = TrainState();
+  const int64_t first = run.step;
+  SATURATE_CHECK(first <= total, "train: the checkpoint is at step ", first,
+                 ", past this run's ", total, " steps");
+  run.segment_starts.push_back(static_cast<int64_t>(run.records.size()));
+  std::vector<StepRecord>& records = run.records;
   records.reserve(static_cast<size_t>(total));
 
   if (sink) sink->on_begin(total);
   model_.train(true);
-  int64_t epoch = 0;
-  batches.start_epoch(epoch);
+  if (resumed) {
+    batches.seek(run.epoch, run.batch_in_epoch);
+  } else {
+    batches.start_epoch(0);
+  }
   TrainSummary summary;
+  if (resumed) summary.resumed_from_step = first;
   PhaseTimer& timer = *timer_;
   // Steps whose times (and loss) the device has not delivered yet. Reading a record only once
   // ready() keeps the host from waiting for the device at every step; more than a few steps in
@@ -249,6 +275,53 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   };
   std::deque<InFlight> in_flight;
   constexpr size_t kMaxInFlight = 3;
+  // Divergence watch: the last finite loss, the recent gradient norms, fp16 skips in a row.
+  int64_t last_finite_step = -1;
+  double last_finite_loss = std::numeric_limits<double>::quiet_NaN();
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (std::isfinite(it->loss)) {
+      last_finite_step = it->step;
+      last_finite_loss = it->loss;
+      break;
+    }
+  }
+  std::deque<double> recent_norms;
+  int64_t skipped_in_a_row = 0;
+  const bool scaling = st.scaler->is_enabled();
+  auto watch = [&](const StepRecord& rec) {
+    recent_norms.push_back(rec.grad_norm);
+    if (recent_norms.size() > 10) recent_norms.pop_front();
+    skipped_in_a_row = rec.is_skipped ? skipped_in_a_row + 1 : 0;
+    std::string reason;
+    if (scaling) {
+      // fp16: an overflow skips the step and lowers the scale; only a run of them is fatal.
+      if (skipped_in_a_row >= options_.max_skipped_steps) {
+        reason = std::to_string(skipped_in_a_row) +
+                 " fp16 steps in a row skipped for non-finite gradients (--max-skipped-steps " +
+                 std::to_string(options_.max_skipped_steps) + ")";
+      }
+    } else if (!std::isfinite(rec.loss)) {
+      reason = std::string("the loss is ") + (std::isnan(rec.loss) ? "nan" : "inf");
+    } else if (rec.grad_norm >= 0 && !std::isfinite(rec.grad_norm)) {
+      reason = "the gradient norm is inf";
+    } else if (std::isnan(rec.grad_norm)) {
+      reason = "the gradient norm is nan";
+    }
+    if (std::isfinite(rec.loss) && !rec.is_skipped) {
+      last_finite_step = rec.step;
+      last_finite_loss = rec.loss;
+    }
+    if (reason.empty() || summary.divergence) return;
+    Divergence d;
+    d.step = rec.step;
+    d.reason = reason;
+    d.last_finite_step = last_finite_step;
+    d.last_finite_loss = last_finite_loss;
+    d.loss_scale = rec.loss_scale;
+    d.lr = rec.lr;
+    d.grad_norms.assign(recent_norms.begin(), recent_norms.end());
+    summary.divergence = d;
+  };
   auto complete_front = [&] {
     InFlight& f = in_flight.front();
     timer.read(f.ticket, f.record);
@@ -260,46 +333,89 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     records.push_back(f.record);
     in_flight.pop_front();
     if (sink) sink->on_step(records.back());
+    watch(records.back());
   };
   // Periodic evaluation: the held-out split when there is one. Its time is not a step's.
   const bool has_val = data.validation.size() > 0;
   const TensorDataset& periodic = has_val ? data.validation : data.test;
   const std::string prefix = has_val ? "val_" : "test_";
   const auto run_start = Clock::now();
-  // Under data parallel the ranks stop at the same step (one that stopped alone would leave the
-  // others waiting in their next all-reduce): every few steps they agree on whether any was told
-  // to stop. The signal reaches them at slightly different steps.
-  const bool agree_on_stop = sync_ && sync_->world_size() > 1;
+  st.in_fit = true;
+  st.fit_start = run_start;
+  st.wall_before_s = run.train_wall_s;
+  const double start_offset_ms = run.train_wall_s * 1000.0;
+  // Under data parallel the ranks stop (and checkpoint) at the same step: one that stopped
+  // alone would leave the others waiting in their next all-reduce. Every few steps they agree
+  // on whether any was told to stop, wants a checkpoint or saw the run diverge; the signal
+  // reaches them at slightly different steps.
+  const bool agree = sync_ && sync_->world_size() > 1;
+  const bool writer = !sync_ || sync_->rank() == 0;
   constexpr int64_t kAgreeEvery = 8;
-  for (int64_t step = 0; step < total; ++step) {
-    if (stop) {
-      bool stopping = stop->load();
-      if (agree_on_stop) {
-        stopping = false;
-        if (step % kAgreeEvery == 0) {
-          std::vector<double> votes = {stop->load() ? 1.0 : 0.0};
-          sync_->sum_across_ranks(votes);
-          stopping = votes[0] > 0;
-        }
-      }
-      if (stopping) {
-        summary.is_interrupted = true;
-        break;
+  // A checkpoint at the boundary after `steps_done` steps: the steps in flight are read first,
+  // and a state that diverged or holds a non-finite parameter is never written.
+  auto checkpoint = [&](int64_t steps_done) {
+    while (!in_flight.empty()) complete_front();
+    if (summary.divergence) return;
+    {
+      torch::NoGradGuard no_grad;
+      for (const at::Tensor& p : st.params) {
+        if (!torch::isfinite(p).all().item<bool>()) return;
       }
     }
+    if (sink) sink->on_checkpoint(steps_done);
+    if (writer) summary.last_checkpoint = hook_->save(capture());
+    hook_->saved(steps_done);
+  };
+  int64_t step = first;
+  for (;; ++step) {
+    // The boundary after `step` steps.
+    bool stopping = stop && stop->load();
+    bool due = hook_ && step > first && step < total && hook_->is_due(step);
+    bool diverged = summary.divergence.has_value();
+    if (agree) {
+      if (step % kAgreeEvery == 0) {
+        std::vector<double> votes = {stopping ? 1.0 : 0.0, due ? 1.0 : 0.0, diverged ? 1.0 : 0.0};
+        sync_->sum_across_ranks(votes);
+        stopping = votes[0] > 0;
+        due = votes[1] > 0;
+        diverged = votes[2] > 0;
+      } else {
+        stopping = due = diverged = false;
+      }
+    }
+    if (diverged) {
+      if (!summary.divergence) {
+        Divergence d;
+        d.step = step - 1;
+        d.reason = "another rank's run diverged";
+        d.last_finite_step = last_finite_step;
+        d.last_finite_loss = last_finite_loss;
+        d.grad_norms.assign(recent_norms.begin(), recent_norms.end());
+        summary.divergence = d;
+      }
+      break;
+    }
+    if (hook_ && (due || (stopping && step > first))) checkpoint(step);
+    if (stopping) {
+      summary.is_interrupted = true;
+      break;
+    }
+    if (step >= total) break;
     StepRecord r;
     r.step = step;
     if (memory_) memory_->reset_peak();
-    r.start_ms = ms_between(run_start, Clock::now());
+    r.start_ms = start_offset_ms + ms_between(run_start, Clock::now());
     const int64_t faults_before = minor_page_faults();
     timer.begin();
     std::optional<Batch> batch = batches.next();
     if (!batch) {
-      batches.start_epoch(++epoch);
+      batches.start_epoch(++run.epoch);
+      run.batch_in_epoch = 0;
       batch = batches.next();
       SATURATE_ASSERT(batch.has_value(), "an epoch with no batches");
     }
-    r.epoch = epoch;
+    ++run.batch_in_epoch;
+    r.epoch = run.epoch;
     r.samples = batch->size;
     timer.mark(Phase::kDataWait);
     at::Tensor x = batch->inputs, y = batch->targets;
@@ -309,12 +425,12 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
       x = x.pin_memory().to(device_, /*non_blocking=*/true);
       y = y.pin_memory().to(device_, /*non_blocking=*/true);
     }
-    if (step == 0) check_same_device(state_->params, {x, y}, device_);
+    if (step == first) check_same_device(state_->params, {x, y}, device_);
     timer.mark(Phase::kHostToDevice);
     r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
     set_lr(*state_->optimizer, r.lr);
     at::Tensor loss;
-    const bool agree_on_oom = options_.agree_on_oom && sync_ && sync_->world_size() > 1;
+    const bool agree_on_oom = options_.agree_on_oom && agree;
     std::string oom;  // this rank's out-of-memory message, when agree_on_oom
     try {
       loss = train_step(x, y, r, &timer);
@@ -326,14 +442,14 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     } catch (const std::exception& e) {
       // A model written for NCHW (a view() of a conv output) fails in the other layout: say
       // which setting to change rather than only what LibTorch saw.
-      if (step > 0 || options_.memory_format == MemoryFormat::kContiguous) throw;
+      if (step > first || options_.memory_format == MemoryFormat::kContiguous) throw;
       SATURATE_CHECK(false, "train: ", model_.name(), " cannot run in --memory-format ",
                      to_string(options_.memory_format), " (", error_gist(e),
                      "); use --memory-format contiguous");
     }
     // Data parallel trials: did any rank run out of memory in this step? Asked outside the
     // timed step (its all-reduce is not the step's), by a rank that did straight away.
-    auto agree = [&] {
+    auto agree_oom = [&] {
       std::vector<double> votes = {oom.empty() ? 0.0 : 1.0};
       sync_->sum_across_ranks(votes);
       if (votes[0] == 0) return;
@@ -343,20 +459,21 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
                                          " (data parallel: one rank's out-of-memory is every rank's)"
                                    : oom);
     };
-    if (agree_on_oom && !oom.empty()) agree();
+    if (agree_on_oom && !oom.empty()) agree_oom();
     const int64_t ticket = timer.finish();
-    if (agree_on_oom) agree();
+    if (agree_on_oom) agree_oom();
     const int64_t faults_after = minor_page_faults();
     if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
     // Allocations happen at enqueue time, so the peak is known now even on CUDA.
     if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
     in_flight.push_back(InFlight{r, std::move(loss), last_grad_norm_, ticket, r.communication_ms});
+    run.step = step + 1;
     while (!in_flight.empty() &&
            (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
       complete_front();
     }
     if (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0 && step + 1 < total &&
-        periodic.size() > 0) {
+        periodic.size() > 0 && !summary.divergence) {
       while (!in_flight.empty()) complete_front();
       const EvalResult ev = evaluate(periodic, data.normalize_mean, data.normalize_std);
       if (sink) {
@@ -366,7 +483,12 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     }
   }
   while (!in_flight.empty()) complete_front();
-  summary.train_wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  // The completed run's state is worth keeping too: a resume of it has nothing left to do, and
+  // a longer run can continue from it.
+  if (hook_ && !summary.is_interrupted && !summary.divergence && step > first) checkpoint(step);
+  st.in_fit = false;
+  run.train_wall_s = st.wall_before_s + std::chrono::duration<double>(Clock::now() - run_start).count();
+  summary.train_wall_s = run.train_wall_s;
 
   summary.steps = static_cast<int64_t>(records.size());
   for (const auto& r : records) {
@@ -378,15 +500,32 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   // Epochs in the source's batches: a streamed or held-out-reduced split is not `data.train`.
   summary.epochs =
       static_cast<double>(records.size()) / static_cast<double>(batches.batches_per_epoch());
-  summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
+  if (run.segment_starts.size() <= 1) {
+    summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
+    summary.phases = mean_phases(records, static_cast<size_t>(options_.timing_warmup_steps));
+  } else {
+    // A resumed run: each part warmed up again (a fresh process, cold caches), so each part's
+    // first steps are left out.
+    std::vector<StepRecord> steady;
+    for (size_t i = 0; i < run.segment_starts.size(); ++i) {
+      const size_t begin = static_cast<size_t>(run.segment_starts[i]);
+      const size_t end = i + 1 < run.segment_starts.size()
+                             ? static_cast<size_t>(run.segment_starts[i + 1])
+                             : records.size();
+      const size_t from = begin + static_cast<size_t>(std::max<int64_t>(0, options_.timing_warmup_steps));
+      for (size_t k = from; k < end && k < records.size(); ++k) steady.push_back(records[k]);
+    }
+    if (steady.empty()) steady = records;
+    summary.samples_per_s = steady_samples_per_s(steady, 0);
+    summary.phases = mean_phases(steady, 0);
+  }
   const size_t tail = std::min<size_t>(50, records.size());
   double tail_loss = 0.0;
   for (size_t i = records.size() - tail; i < records.size(); ++i) tail_loss += records[i].loss;
   summary.final_loss = tail ? tail_loss / static_cast<double>(tail) : 0.0;
 
-  summary.phases = mean_phases(records, static_cast<size_t>(options_.timing_warmup_steps));
-
-  if (options_.evaluate && !summary.is_interrupted && has_val) {
+  const bool evaluate_now = options_.evaluate && !summary.is_interrupted && !summary.divergence;
+  if (evaluate_now && has_val) {
     const EvalResult ev = evaluate(data.validation, data.normalize_mean, data.normalize_std);
     summary.val_accuracy = ev.accuracy;
     summary.val_loss = ev.loss;
@@ -395,7 +534,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
       sink->on_eval(summary.steps, "val_loss", ev.loss);
     }
   }
-  if (options_.evaluate && !summary.is_interrupted && data.test.size() > 0) {
+  if (evaluate_now && data.test.size() > 0) {
     EvalResult ev = evaluate(data.test, data.normalize_mean, data.normalize_std);
     summary.test_accuracy = ev.accuracy;
     summary.test_loss = ev.loss;
@@ -406,6 +545,90 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   }
   if (sink) sink->on_end();
   return summary;
+}
+
+TrainState Trainer::capture() const {
+  const State& st = *state_;
+  TrainState s;
+  s.step = st.run.step;
+  s.epoch = st.run.epoch;
+  s.batch_in_epoch = st.run.batch_in_epoch;
+  s.records = st.run.records;
+  s.segment_starts = st.run.segment_starts;
+  s.train_wall_s =
+      st.in_fit ? st.wall_before_s + std::chrono::duration<double>(Clock::now() - st.fit_start).count()
+                : st.run.train_wall_s;
+  {
+    torch::NoGradGuard no_grad;
+    for (const at::Tensor& t : model_.state_tensors())
+      s.model.push_back(t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous());
+  }
+  torch::serialize::OutputArchive archive;
+  st.optimizer->save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  s.optimizer = out.str();
+  s.scaler = st.scaler->state_dict();
+  {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    s.cpu_generator = cpu.get_state();
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i) {
+    at::Generator gpu = at::globalContext().defaultGenerator(
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(gpu.mutex());
+    s.cuda_generators.push_back(gpu.get_state());
+  }
+  return s;
+}
+
+void Trainer::restore(const TrainState& s) {
+  std::vector<at::Tensor> tensors = model_.state_tensors();
+  const std::vector<std::string> mine = tensor_fingerprint(tensors);
+  const std::vector<std::string> theirs = tensor_fingerprint(s.model);
+  SATURATE_CHECK(mine.size() == theirs.size(), "train: the checkpoint holds ", theirs.size(),
+                 " tensors, ", model_.name(), " has ", mine.size(), " (a different model)");
+  for (size_t i = 0; i < mine.size(); ++i) {
+    SATURATE_CHECK(mine[i] == theirs[i], "train: the checkpoint's tensor ", i, " is ", theirs[i],
+                   ", ", model_.name(), "'s is ", mine[i], " (a different model)");
+  }
+  SATURATE_CHECK(s.step >= 0 && static_cast<int64_t>(s.records.size()) == s.step,
+                 "train: the checkpoint has ", s.records.size(), " step records for step ", s.step);
+  state_->optimizer->zero_grad(/*set_to_none=*/true);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(s.model[i]);
+  }
+  state_->optimizer->state().clear();
+  if (!s.optimizer.empty()) {
+    std::istringstream in(s.optimizer);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    state_->optimizer->load(archive);
+  }
+  if (!s.scaler.is_null()) state_->scaler->load_state_dict(s.scaler);
+  if (s.cpu_generator.defined()) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(s.cpu_generator);
+  }
+  const auto gpus = std::min<int64_t>(static_cast<int64_t>(torch::cuda::device_count()),
+                                      static_cast<int64_t>(s.cuda_generators.size()));
+  for (int64_t i = 0; i < gpus; ++i) {
+    at::Generator gpu = at::globalContext().defaultGenerator(
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(gpu.mutex());
+    gpu.set_state(s.cuda_generators[static_cast<size_t>(i)]);
+  }
+  TrainState& run = state_->run;
+  run.step = s.step;
+  run.epoch = s.epoch;
+  run.batch_in_epoch = s.batch_in_epoch;
+  run.records = s.records;
+  run.segment_starts = s.segment_starts;
+  run.train_wall_s = s.train_wall_s;
+  state_->resume_pending = true;
 }
 
 ProbeResult Trainer::probe(int64_t batch_size, const DatasetSplits& data) {

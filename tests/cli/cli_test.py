@@ -1404,6 +1404,187 @@ def case_issue16_clip_grad_norm(tmp):
             fail(f"train --config did not take the plan's clipping (exit {code})")
 
 
+# ---- issue 16: checkpoints, resume, preemption, divergence ----------------------------------------
+
+def checkpoint_tensors(step_dir):
+    """The model tensors of a checkpoint folder, read with PyTorch alone."""
+    import torch
+    state = torch.jit.load(os.path.join(step_dir, "state.pt"), map_location="cpu").state_dict()
+    return [state[f"model/{i}"] for i in range(int(state["model_count"]))]
+
+
+def newest_checkpoint(d):
+    steps = sorted(x for x in os.listdir(d) if x.startswith("step-"))
+    return os.path.join(d, steps[-1]) if steps else None
+
+
+def same_tensors(a_dir, b_dir):
+    import torch
+    a, b = checkpoint_tensors(a_dir), checkpoint_tensors(b_dir)
+    if len(a) != len(b):
+        return False
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+RESUME_RUN = ["--model", "mlp", "--steps", "120", "--batch-size", "16", "--lr", "0.001",
+              "--workers", "2", "--threads", "1", "--no-eval", "-q"]
+
+
+def resume_data(tmp):
+    # Decoding costs 3 ms a sample, so a step takes ~25 ms and a kill lands mid-run.
+    return "synthetic:1,28,28,10,600,3000"
+
+
+def case_issue16_kill_and_resume(tmp):
+    # SIGKILL at random moments (several seeds, several kills each), then --resume auto until the
+    # run completes: the final weights are bitwise those of an uninterrupted run, and steps.jsonl
+    # holds every step once. (Dropout's generator state: checkpoint_test.cpp.)
+    import random
+    data = resume_data(tmp)
+    whole = os.path.join(tmp, "whole")
+    code, out, err = run("train", "--data", data, *RESUME_RUN, "--seed", "3",
+                         "--checkpoint-dir", whole)
+    if code != 0:
+        fail(f"uninterrupted run: exit {code}\n{err}")
+    kills = 0
+    for seed in (1, 2, 3):
+        rng = random.Random(seed)
+        ck = os.path.join(tmp, f"ck{seed}")
+        logdir = os.path.join(tmp, f"logs{seed}")
+        cmd = [ARGS.saturate, "train", "--data", data, *RESUME_RUN, "--seed", "3",
+               "--checkpoint-dir", ck, "--checkpoint-every", "3", "--resume", "auto",
+               "--logdir", logdir]
+        for attempt in range(12):  # bounded: each attempt kills or completes
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                out, err = p.communicate(timeout=rng.uniform(1.0, 3.0))
+                if p.returncode != 0:
+                    fail(f"seed {seed}: resumed run exit {p.returncode}\n{err}")
+                break
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                kills += 1
+        else:
+            fail(f"seed {seed}: the run never completed in 12 attempts")
+        if not same_tensors(newest_checkpoint(whole), newest_checkpoint(ck)):
+            fail(f"seed {seed}: resumed weights differ from the uninterrupted run's")
+        with open(os.path.join(logdir, "steps.jsonl")) as f:
+            steps = [json.loads(l)["step"] for l in f if '"type":"step"' in l]
+        if steps != list(range(120)):
+            missing = sorted(set(range(120)) - set(steps))
+            fail(f"seed {seed}: steps.jsonl has {len(steps)} lines; missing {missing}, "
+                 f"repeated {sorted(x for x in set(steps) if steps.count(x) > 1)}")
+    if kills < 3:
+        fail(f"only {kills} kills landed mid-run; the test did not test resuming")
+    print(f"{kills} kills, all resumed bit for bit")
+
+
+def case_issue16_sigterm_checkpoints_and_exits_143(tmp):
+    data = resume_data(tmp)
+    whole = os.path.join(tmp, "whole")
+    code, _, err = run("train", "--data", data, *RESUME_RUN, "--checkpoint-dir", whole)
+    if code != 0:
+        fail(f"uninterrupted run: exit {code}\n{err}")
+    ck = os.path.join(tmp, "ck")
+    summary = os.path.join(tmp, "s.json")
+    p = subprocess.Popen([ARGS.saturate, "train", "--data", data, *RESUME_RUN,
+                          "--checkpoint-dir", ck, "--summary-json", summary],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.5)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if p.returncode != 143:
+        fail(f"exit {p.returncode} after SIGTERM, expected 143\n{err}")
+    if took > 5:
+        fail(f"SIGTERM took {took:.1f} s to end the run")
+    saved = newest_checkpoint(ck)
+    with open(summary) as f:
+        s = json.load(f)
+    if saved is None or not s["terminated"] or s["last_checkpoint"] != saved:
+        fail(f"no checkpoint at the stop: {saved}, summary {s.get('last_checkpoint')}")
+    step = int(os.path.basename(saved).split("-")[1])
+    if not 0 < step < 120 or s["steps"] != step:
+        fail(f"checkpoint at step {step}, summary says {s['steps']}")
+    code, out, err = run("train", "--data", data, *RESUME_RUN, "--resume", ck)
+    if code != 0 or f"from step {step}" not in out:
+        fail(f"resume after SIGTERM: exit {code}\n{out}\n{err}")
+    if not same_tensors(newest_checkpoint(whole), newest_checkpoint(ck)):
+        fail("the run resumed after SIGTERM ends with other weights")
+    print(f"SIGTERM at step {step}, exit 143 in {took:.2f} s")
+
+
+def case_issue16_damaged_or_foreign_checkpoints(tmp):
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+    ck = os.path.join(tmp, "ck")
+    base = ["train", "--data", "idx:" + data, "--threads", "1", "--no-eval", "-q"]
+    mlp32 = [*base, "--model", "mlp", "--batch-size", "32"]
+    code, _, err = run(*mlp32, "--steps", "20", "--checkpoint-dir", ck, "--checkpoint-every", "5")
+    if code != 0:
+        fail(f"train with checkpoints: exit {code}\n{err}")
+    got = sorted(os.listdir(ck))
+    if got != ["step-00000010", "step-00000015", "step-00000020"]:
+        fail(f"--keep-checkpoints 3 kept {got}")
+    # A bit flipped in the newest: passed over (named), the one before used.
+    state = os.path.join(ck, "step-00000020", "state.pt")
+    with open(state, "r+b") as f:
+        f.seek(300)
+        b = f.read(1)
+        f.seek(300)
+        f.write(bytes([b[0] ^ 0x01]))
+    code, out, err = run(*mlp32, "--steps", "25", "--resume", ck)
+    if code != 0 or "passed over" not in err or "step-00000020" not in err or "from step 15" not in out:
+        fail(f"resume past a damaged newest: exit {code}\n{out}\n{err}")
+    # Another run's checkpoint: refused naming the setting, nothing trained.
+    expect_usage_error([*base, "--model", "mlp", "--batch-size", "16", "--steps", "25", "--resume",
+                        ck], "its batch_size is 32, this run's is 16")
+    expect_usage_error([*base, "--model", "fmnist-cnn", "--batch-size", "32", "--steps", "25",
+                        "--resume", ck], "its model is mlp, this run's is fmnist-cnn")
+    expect_usage_error([*mlp32, "--steps", "10", "--resume", ck], "past this run's 10 steps")
+    # Every checkpoint damaged: one line, exit 2, never a run from garbage.
+    for d in os.listdir(ck):
+        with open(os.path.join(ck, d, "state.pt"), "r+b") as f:
+            f.truncate(64)
+    expect_usage_error([*mlp32, "--steps", "25", "--resume", ck], "no usable checkpoint in " + ck)
+    expect_usage_error([*mlp32, "--steps", "25", "--resume", os.path.join(tmp, "nowhere")],
+                       "does not exist")
+    expect_usage_error([*mlp32, "--steps", "5", "--resume", "auto"],
+                       "--resume auto needs --checkpoint-dir")
+    expect_usage_error([*mlp32, "--steps", "5", "--checkpoint-dir", ck, "--checkpoint-interval",
+                        "soon"], "--checkpoint-interval")
+
+
+def case_issue16_divergence_stops_with_a_diagnosis(tmp):
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+    summary = os.path.join(tmp, "s.json")
+    ck = os.path.join(tmp, "ck")
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "300",
+                         "--optimizer", "sgd", "--lr", "1e6", "--schedule", "constant",
+                         "--threads", "1", "-q", "--summary-json", summary,
+                         "--checkpoint-dir", ck, "--checkpoint-every", "1")
+    if code != 1:
+        fail(f"a diverging run: exit {code}, expected 1\n{out}\n{err}")
+    for must in ("training diverged at step", "last finite loss", "try: a lower --lr",
+                 "--clip-grad-norm", "last good checkpoint"):
+        if must not in err:
+            fail(f"the diagnosis lacks '{must}':\n{err}")
+    with open(summary) as f:
+        s = json.load(f)
+    d = s["divergence"]
+    if d is None or d["step"] > 30 or s["steps"] > 40:
+        fail(f"did not stop soon after diverging: {d}, {s['steps']} steps")
+    for c in os.listdir(ck):  # never a checkpoint of the diverged state
+        if int(c.split("-")[1]) > d["step"]:
+            fail(f"checkpoint {c} is past the divergence at step {d['step']}")
+
+
 def case_issue15_profile_names_the_slow_rank(tmp):
     # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
     # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows

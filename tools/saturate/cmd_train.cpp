@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "recipe.h"
+#include "train_checkpoints.h"
 #include "saturate/data/loader.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
@@ -78,6 +79,8 @@ void print_summary(std::ostream& out, const TrainSummary& s, const TrainOptions&
     row("loss scale", format_fixed(s.loss_scale, 0) + " (" + std::to_string(s.skipped_steps) +
                           " steps skipped for non-finite gradients)");
   row("train time", format_duration_s(s.train_wall_s));
+  if (s.resumed_from_step >= 0) row("resumed", "from step " + std::to_string(s.resumed_from_step));
+  if (!s.last_checkpoint.empty()) row("checkpoint", s.last_checkpoint);
   row("final loss", format_fixed(s.final_loss, 4) + " (mean of the last 50 steps)");
   if (!std::isnan(s.val_accuracy)) {
     row("val accuracy", format_fixed(100.0 * s.val_accuracy, 2) + " %");
@@ -96,9 +99,11 @@ nlohmann::json nan_to_null(double v) { return std::isnan(v) ? nlohmann::json() :
 int run_train(const std::vector<std::string>& args) {
   RecipeFlags rf;
   TrainFlags f;
+  CheckpointFlags cf;
   CLI::App app{"Train a model and report steady-state samples/s and test accuracy.",
                "saturate train"};
   add_recipe_flags(app, rf, RecipeUse::kTrain);
+  add_checkpoint_flags(app, cf);
   app.add_option("--summary-json", f.summary_json, "write the run summary as JSON to FILE");
   app.add_option("--logdir", f.logdir,
                  "write TensorBoard scalars and steps.jsonl (one line per step) into DIR");
@@ -122,24 +127,17 @@ int run_train(const std::vector<std::string>& args) {
       SATURATE_LOG_WARN("train: ", rf.config, " is the partial plan of an interrupted tune");
   }
   rf.train.evaluate = !f.no_eval;
+  rf.train.max_skipped_steps = cf.max_skipped_steps;
   const Recipe recipe = resolve_recipe(rf, "train");
   TrainOptions opts = recipe.train;
   const int64_t memory_limit = recipe.memory_limit_bytes;
+  const CheckpointOptions checkpoints = checkpoint_options(cf);
   // Fail on an unwritable summary path now, not after the run.
   if (!f.summary_json.empty()) check_writable(f.summary_json, "--summary-json");
-  // Sinks open their files now, so a bad --logdir or --trace fails before any work.
-  ConsoleProgress progress(std::cerr, stderr_is_tty());
-  MultiSink sinks;
-  if (!f.quiet) sinks.add(&progress);
-  FileSinks file_sinks(f.logdir, f.trace, sinks, dist_env_from_environment());
-  // With --logdir, device readings (CPU, RSS, GPUs through NVML) are logged beside the steps.
-  // Built now so a bad interval fails before any work.
-  std::optional<DeviceSampler> sampler;
-  if (!f.logdir.empty()) {
-    SamplerOptions sampler_options;
-    sampler_options.interval_ms = f.sample_interval_ms;
-    sampler.emplace(sampler_options);
-  }
+  check_sink_paths(f.logdir, f.trace);
+  const std::optional<LoadedCheckpoint> resume = find_resume(cf);
+  // With checkpoints, SIGTERM (a preemption) saves the run before it ends, as Ctrl-C does.
+  if (!checkpoints.dir.empty()) stop_on_sigterm();
   const int threads = recipe.threads;
   const DeviceProbe& probe = recipe.probe;
   // Data parallel when a launcher says so: each rank trains --batch-size samples of its shard,
@@ -151,6 +149,19 @@ int run_train(const std::vector<std::string>& args) {
   Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
                                                                    rf.workers, rf.prefetch)));
   const DatasetSplits& splits = input.splits;
+  // What a checkpoint must share with the run that continues it.
+  const nlohmann::json recipe_info = {
+      {"model", rf.model},          {"data", rf.data},
+      {"train_samples", input.source->size()}, {"world_size", dist.world_size},
+      {"batch_size", opts.batch_size}, {"accumulate", opts.accumulate},
+      {"optimizer", to_string(opts.optimizer)}, {"precision", to_string(opts.precision)},
+      {"seed", opts.seed},          {"steps", opts.steps},
+      {"epochs", opts.epochs},      {"lr", opts.lr},
+      {"schedule", to_string(opts.schedule)}, {"clip_grad_norm", opts.clip_grad_norm}};
+  if (resume) {
+    check_resumable(*resume, recipe_info,
+                    opts.steps > 0 ? opts.steps : opts.epochs * loader.batches_per_epoch());
+  }
   // After the data is in memory: the budget caps what training allocates, not the dataset.
   auto memory = make_device_memory(device, memory_limit);
 
@@ -165,6 +176,25 @@ int run_train(const std::vector<std::string>& args) {
                         : std::string());
 
   Trainer trainer(*model, opts, device, memory.get(), dp.sync.get());
+  if (resume) trainer.restore(resume->state);
+  std::optional<PeriodicCheckpoints> hook;
+  if (!checkpoints.dir.empty()) {
+    hook.emplace(checkpoints, recipe_info, /*is_writer=*/dist.rank == 0);
+    trainer.set_checkpoint_hook(&*hook);
+  }
+  // Sinks open their files once the run is known to go ahead; a resumed run appends to the logs
+  // of its earlier part. With --logdir, device readings (CPU, RSS, GPUs through NVML) are
+  // logged beside the steps.
+  ConsoleProgress progress(std::cerr, stderr_is_tty());
+  MultiSink sinks;
+  if (!f.quiet) sinks.add(&progress);
+  FileSinks file_sinks(f.logdir, f.trace, sinks, dist, resume ? resume->state.step : -1);
+  std::optional<DeviceSampler> sampler;
+  if (!f.logdir.empty()) {
+    SamplerOptions sampler_options;
+    sampler_options.interval_ms = f.sample_interval_ms;
+    sampler.emplace(sampler_options);
+  }
   std::optional<SampledSink> sampled;
   TelemetrySink* sink = &sinks;
   if (sampler) {
@@ -234,6 +264,10 @@ int run_train(const std::vector<std::string>& args) {
     j["val_samples"] = splits.validation.size();
     j["eval_batch_size"] = opts.eval_batch_size;
     j["interrupted"] = s.is_interrupted;
+    j["terminated"] = g_terminated.load();
+    j["resumed_from_step"] = s.resumed_from_step;
+    j["last_checkpoint"] = s.last_checkpoint;
+    j["divergence"] = divergence_json(s.divergence);
     j["phases_ms"] = {{"data_wait", s.phases.data_wait_ms},
                       {"host_to_device", s.phases.host_to_device_ms},
                       {"forward", s.phases.forward_ms},
@@ -245,6 +279,14 @@ int run_train(const std::vector<std::string>& args) {
     j["context"] = run_context(probe, device_name);
     write_json_file(f.summary_json, j);
   }
+  if (s.divergence) {
+    if (reports) print_divergence(std::cerr, *s.divergence, opts, s.last_checkpoint);
+    return static_cast<int>(ExitCode::kFailure);
+  }
+  if (!s.last_checkpoint.empty() && s.is_interrupted)
+    SATURATE_LOG_INFO("train: stopped at step ", s.steps, "; saved ", s.last_checkpoint,
+                      " (continue with --resume ", checkpoints.dir, ")");
+  if (s.is_interrupted && g_terminated.load()) return static_cast<int>(ExitCode::kTerminated);
   return static_cast<int>(s.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
 }
 

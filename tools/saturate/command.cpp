@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -21,6 +22,20 @@
 namespace saturate::cli {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_terminated{false};
+
+namespace {
+void on_sigterm(int) {
+  if (g_terminated.exchange(true)) {
+    // A second SIGTERM: stop now.
+    std::signal(SIGTERM, SIG_DFL);
+    std::raise(SIGTERM);
+  }
+  g_interrupted.store(true);
+}
+}  // namespace
+
+void stop_on_sigterm() { std::signal(SIGTERM, on_sigterm); }
 
 const std::vector<Command>& commands() {
   // The table is the registry: add a command here and in command.h.
@@ -47,8 +62,18 @@ void check_writable(const std::string& path, const std::string& flag) {
   if (!existed) std::remove(path.c_str());
 }
 
+void check_sink_paths(const std::string& logdir, const std::string& trace_path) {
+  if (!logdir.empty()) {
+    SATURATE_CHECK(mkdir(logdir.c_str(), 0755) == 0 || errno == EEXIST,
+                   "telemetry: cannot create --logdir '", logdir, "': ", std::strerror(errno));
+    SATURATE_CHECK(access(logdir.c_str(), W_OK) == 0, "telemetry: cannot write --logdir '", logdir,
+                   "': ", std::strerror(errno));
+  }
+  if (!trace_path.empty()) check_writable(trace_path, "--trace");
+}
+
 FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks,
-                     const DistEnv& dist)
+                     const DistEnv& dist, int64_t resume_step)
     : trace_path_(trace_path), rank_(dist.rank), world_(dist.world_size) {
   if (!logdir.empty()) {
     // Data parallel: one stream per rank, DIR/rankN (TensorBoard shows each as a run).
@@ -58,8 +83,8 @@ FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, M
                      "telemetry: cannot create --logdir '", logdir, "': ", std::strerror(errno));
       dir = logdir + "/rank" + std::to_string(rank_);
     }
-    tensorboard = std::make_unique<TensorBoardSink>(dir);
-    jsonl = std::make_unique<JsonlSink>(dir + "/steps.jsonl");
+    tensorboard = std::make_unique<TensorBoardSink>(dir, resume_step);
+    jsonl = std::make_unique<JsonlSink>(dir + "/steps.jsonl", resume_step);
     sinks.add(tensorboard.get());
     sinks.add(jsonl.get());
   }

@@ -29,7 +29,13 @@ class TraceSink;
 
 namespace saturate::cli {
 
-enum class ExitCode : int { kOk = 0, kFailure = 1, kUsage = 2, kInterrupted = 130 };
+enum class ExitCode : int {
+  kOk = 0,
+  kFailure = 1,
+  kUsage = 2,
+  kInterrupted = 130,  ///< SIGINT (128 + 2)
+  kTerminated = 143,   ///< SIGTERM (128 + 15), once stop_on_sigterm() is in force
+};
 
 /// One `saturate <name>` command. `run` gets the arguments after the command name.
 struct Command {
@@ -42,6 +48,11 @@ const std::vector<Command>& commands();
 
 /// Set by SIGINT; long-running commands stop after the current step and return kInterrupted.
 extern std::atomic<bool> g_interrupted;
+/// Set by SIGTERM once stop_on_sigterm() ran (g_interrupted is set too).
+extern std::atomic<bool> g_terminated;
+/// From now on SIGTERM (what SLURM and Kubernetes send before they kill) stops the run at the
+/// next step boundary like SIGINT, instead of ending the process at once; a second one ends it.
+void stop_on_sigterm();
 
 /// Parses `args` into `app`. Unknown options and other usage mistakes throw saturate::Error
 /// (with a suggestion); `--help` prints the usage and returns false (the command then exits 0).
@@ -51,13 +62,18 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args);
 /// existing file as it was and removes one it had to create.
 void check_writable(const std::string& path, const std::string& flag);
 
+/// Throws saturate::Error naming the flag when --logdir cannot be made or written, or --trace
+/// cannot be written: for commands that open their sinks late but must fail before any work.
+void check_sink_paths(const std::string& logdir, const std::string& trace_path);
+
 /// The --logdir (TensorBoard scalars + DIR/steps.jsonl) and --trace sinks of a run. Opened by
 /// the constructor, so a bad path fails before any work; each open sink is added to `sinks`.
 /// Under data parallel each rank logs to DIR/rankN, and the trace gets one track per rank:
 /// finish() (called by every rank after the run) gathers them and rank 0 writes the file.
 struct FileSinks {
+  /// `resume_step` >= 0: a run resumed at that step appends to the logs of the earlier part.
   FileSinks(const std::string& logdir, const std::string& trace_path, MultiSink& sinks,
-            const DistEnv& dist);
+            const DistEnv& dist, int64_t resume_step = -1);
   ~FileSinks();
   void finish(DistGroup* group);
   std::unique_ptr<TensorBoardSink> tensorboard;

@@ -16,6 +16,10 @@ namespace saturate {
 /// Throws saturate::Error naming `what` (e.g. "--memory-limit") on anything else or a value <= 0.
 int64_t parse_bytes(const std::string& text, const std::string& what);
 
+/// Parses a duration: a number with a unit (ms, s, min, h; "90" alone is seconds), e.g. "10min",
+/// "30s", "1.5h". Throws saturate::Error naming `what` on anything else or a value <= 0.
+double parse_duration_s(const std::string& text, const std::string& what);
+
 /// "512 B", "1.50 KiB", "2.00 GiB".
 std::string format_bytes(int64_t bytes);
 /// "850 ms", "12.3 s", "4 min 05 s", "1 h 02 min".

@@ -45,6 +45,7 @@ class BatchIterator : public BatchSource {
   /// Rewinds to the start of `epoch` (>= 0). With shuffle, the order is a fixed function of
   /// (seed, epoch): std::mt19937_64 driving an explicit Fisher-Yates, identical on every platform.
   void start_epoch(int64_t epoch) override;
+  void seek(int64_t epoch, int64_t batch) override;
   /// The next batch of this epoch, or nullopt once the epoch is exhausted.
   std::optional<Batch> next() override;
   /// Batches next() yields per epoch: ceil(N / batch_size), or floor with drop_last.

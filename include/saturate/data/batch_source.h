@@ -28,6 +28,13 @@ class BatchSource {
   virtual void start_epoch(int64_t epoch) = 0;
   /// The next batch of this epoch, or nullopt once the epoch is exhausted.
   virtual std::optional<Batch> next() = 0;
+  /// Rewinds to `epoch` and skips its first `batch` batches, so that next() returns the batch
+  /// an uninterrupted run would (a resumed run continues mid-epoch). The default skips by
+  /// calling next(); sources that can jump there override it.
+  virtual void seek(int64_t epoch, int64_t batch) {
+    start_epoch(epoch);
+    for (int64_t i = 0; i < batch; ++i) next();
+  }
   /// Batches next() yields per epoch.
   virtual int64_t batches_per_epoch() const = 0;
 };

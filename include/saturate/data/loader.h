@@ -77,6 +77,8 @@ class Loader : public BatchSource {
   /// Starts `epoch` (the constructor starts epoch 0). Starting the current epoch again before
   /// any of its batches was taken keeps the batches already made.
   void start_epoch(int64_t epoch) override;
+  /// Starts `epoch` at its batch `batch` without making the batches before it.
+  void seek(int64_t epoch, int64_t batch) override;
   /// The next batch in order. Its tensors are the loader's buffers: valid until the next call
   /// to next() or start_epoch(). A worker's failure is rethrown here, at its batch, as
   /// saturate::Error naming the sample index and the source.

@@ -19,14 +19,17 @@ namespace saturate {
 /// {"type":"eval","step":..,"metric":"test_accuracy","value":..} and one "device_sample" object
 /// per sampler reading, one per line, flushed at
 /// each evaluation and at the end. The file is created (truncated) by the constructor, which
-/// throws saturate::Error naming it when it cannot be written.
+/// throws saturate::Error naming it when it cannot be written. With `resume_step` >= 0 (a run
+/// resumed from a checkpoint at that step) the file's lines of earlier steps are kept and the
+/// rest, the steps the resumed run redoes, dropped.
 class JsonlSink : public TelemetrySink {
  public:
-  explicit JsonlSink(const std::string& path);
+  explicit JsonlSink(const std::string& path, int64_t resume_step = -1);
   ~JsonlSink() override;
   void on_step(const StepRecord& r) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
   void on_device_sample(int64_t step, const DeviceSample& sample) override;
+  void on_checkpoint(int64_t steps_done) override;
   void on_end() override;
 
   /// The line written for a record (no newline).

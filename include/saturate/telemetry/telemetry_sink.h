@@ -28,6 +28,9 @@ class TelemetrySink {
   /// A device sampler reading, delivered on the training thread (see SampledSink) after the
   /// step records that preceded it; `step` is the newest step recorded by then (-1 before any).
   virtual void on_device_sample(int64_t step, const DeviceSample& sample) {}
+  /// A checkpoint of the run after `steps_done` steps is about to be written: make what is
+  /// buffered durable, so that a run resumed from it after a crash keeps the earlier steps' log.
+  virtual void on_checkpoint(int64_t steps_done) {}
   /// The run ended (normally or interrupted); flush what is buffered.
   virtual void on_end() {}
 };
@@ -40,6 +43,7 @@ class MultiSink : public TelemetrySink {
   void on_step(const StepRecord& record) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
   void on_device_sample(int64_t step, const DeviceSample& sample) override;
+  void on_checkpoint(int64_t steps_done) override;
   void on_end() override;
 
  private:

@@ -11,14 +11,10 @@
 #include <cstdio>
 #include <string>
 
+#include "saturate/core/crc32c.h"
 #include "saturate/telemetry/telemetry_sink.h"
 
 namespace saturate {
-
-/// CRC-32C (Castagnoli) of `size` bytes.
-uint32_t crc32c(const void* data, size_t size);
-/// TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
-uint32_t masked_crc32c(const void* data, size_t size);
 
 class TensorBoardWriter {
  public:
@@ -32,6 +28,9 @@ class TensorBoardWriter {
   /// Appends one scalar. `wall_time_s` < 0 means now. I/O errors are remembered, not thrown
   /// (the run matters more than its log); see is_ok().
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time_s = -1);
+  /// Marks a restart at `step` (Event.session_log = START): TensorBoard then drops the
+  /// events of earlier files of this run at `step` and after, the steps a resumed run redoes.
+  void add_session_start(int64_t step);
   void flush();
   bool is_ok() const { return ok_; }
   const std::string& path() const { return path_; }
@@ -56,10 +55,14 @@ class TensorBoardWriter {
 /// sm_clock_mhz) at the newest step.
 class TensorBoardSink : public TelemetrySink {
  public:
-  explicit TensorBoardSink(const std::string& logdir) : writer_(logdir) {}
+  /// With `resume_step` >= 0 the new file starts with a restart marker at that step.
+  explicit TensorBoardSink(const std::string& logdir, int64_t resume_step = -1) : writer_(logdir) {
+    if (resume_step >= 0) writer_.add_session_start(resume_step);
+  }
   void on_step(const StepRecord& r) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
   void on_device_sample(int64_t step, const DeviceSample& sample) override;
+  void on_checkpoint(int64_t) override { writer_.flush(); }
   void on_end() override { writer_.flush(); }
   const TensorBoardWriter& writer() const { return writer_; }
 

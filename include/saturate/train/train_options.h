@@ -67,6 +67,10 @@ struct TrainOptions {
   /// Gradient clipping: > 0 scales the gradients down so their global L2 norm is at most this
   /// (after unscaling under fp16, after the all-reduce under data parallel); 0: off.
   double clip_grad_norm = 0;
+  /// Divergence under fp16: this many optimizer steps in a row skipped for non-finite
+  /// gradients stop the run (the loss scale cannot recover it). Under fp32/bf16 one non-finite
+  /// loss or gradient norm does.
+  int64_t max_skipped_steps = 20;
   /// Dynamic loss scaling; used only with fp16 (bf16 and fp32 need none).
   GradScalerOptions scaler;
 

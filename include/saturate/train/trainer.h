@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -19,6 +21,7 @@
 #include "saturate/data/batch_source.h"
 #include "saturate/data/dataset.h"
 #include "saturate/telemetry/step_record.h"
+#include "saturate/train/checkpoint.h"
 #include "saturate/train/probe.h"
 #include "saturate/train/train_options.h"
 
@@ -34,6 +37,18 @@ struct EvalResult {
   double accuracy = 0.0;  ///< fraction correct in [0, 1]
   double loss = 0.0;      ///< mean cross-entropy
   int64_t samples = 0;
+};
+
+/// Why a run stopped as diverged, and what it looked like just before.
+struct Divergence {
+  int64_t step = -1;    ///< the step at which it was detected
+  std::string reason;   ///< "the loss is nan", "20 fp16 steps in a row skipped ..."
+  int64_t last_finite_step = -1;  ///< the last step with a finite loss (-1: none)
+  double last_finite_loss = std::numeric_limits<double>::quiet_NaN();
+  double loss_scale = 1.0;  ///< at `step` (1 without loss scaling)
+  double lr = 0.0;          ///< at `step`
+  /// The gradient norms of the steps up to `step` (at most 10, oldest first; -1 unknown).
+  std::vector<double> grad_norms;
 };
 
 struct TrainSummary {
@@ -52,6 +67,9 @@ struct TrainSummary {
   int64_t peak_memory_bytes = 0;  ///< highest per-step peak (0 without a DeviceMemory)
   int64_t skipped_steps = 0;      ///< optimizer steps skipped for non-finite gradients (fp16)
   double loss_scale = 1.0;        ///< loss scale at the end (1 without loss scaling)
+  int64_t resumed_from_step = -1; ///< the checkpoint's step when restore() preceded fit()
+  std::optional<Divergence> divergence;  ///< set when the run stopped as diverged
+  std::string last_checkpoint;    ///< the folder of the last checkpoint written (empty: none)
 };
 
 class Trainer {
@@ -89,6 +107,20 @@ class Trainer {
   /// any number of probes leave the process as they found it. Needs a DeviceMemory.
   ProbeResult probe(int64_t batch_size, const DatasetSplits& data);
 
+  /// The run's state at its current step boundary: after fit(), where it ended; inside a
+  /// CheckpointHook::save(), where it is.
+  TrainState capture() const;
+  /// Puts `state` (from capture(), possibly another process's) back: the model's tensors, the
+  /// optimizer, the loss scaler and the generators now, the position and records for the next
+  /// fit(), which then continues at state.step instead of 0. Throws saturate::Error when the
+  /// state's tensors do not match this model's.
+  void restore(const TrainState& state);
+  /// Checkpoints during fit(): asked at every step boundary, written once the steps in flight
+  /// are read (a state with a non-finite loss, gradient or parameter is never written), also
+  /// when `stop` ends the run (preemption) and when it completes. Under data parallel the ranks
+  /// agree on it every 8 steps and rank 0 saves. `hook` must outlive fit(); null: none.
+  void set_checkpoint_hook(CheckpointHook* hook) { hook_ = hook; }
+
   const TrainOptions& options() const { return options_; }
   const c10::Device& device() const { return device_; }
 
@@ -121,6 +153,7 @@ class Trainer {
   GradientSync* sync_;
   std::unique_ptr<State> state_;
   std::unique_ptr<PhaseTimer> timer_;
+  CheckpointHook* hook_ = nullptr;
 };
 
 /// Steady-state samples/s of `records`: samples over step time after the first `warmup_steps`

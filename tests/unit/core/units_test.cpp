@@ -27,6 +27,23 @@ TEST(ParseBytes, RejectsGarbageZeroAndNegativeNamingTheFlag) {
   }
 }
 
+TEST(ParseDuration, ReadsSecondsMinutesHoursAndMilliseconds) {
+  EXPECT_EQ(parse_duration_s("90", "--x"), 90.0);
+  EXPECT_EQ(parse_duration_s("30s", "--x"), 30.0);
+  EXPECT_EQ(parse_duration_s("10min", "--x"), 600.0);
+  EXPECT_EQ(parse_duration_s("10m", "--x"), 600.0);
+  EXPECT_EQ(parse_duration_s("1.5h", "--x"), 5400.0);
+  EXPECT_EQ(parse_duration_s("250ms", "--x"), 0.25);
+  for (const char* bad : {"", "min", "10 years", "-5s", "0s", "1.2.3s"}) {
+    try {
+      parse_duration_s(bad, "--checkpoint-interval");
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--checkpoint-interval"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(FormatBytes, PicksTheLargestUnitBelow1024) {
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");

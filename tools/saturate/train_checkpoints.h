@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// saturate train's checkpoint flags (--checkpoint-dir, --checkpoint-every/-interval,
+// --keep-checkpoints, --resume, --max-skipped-steps), finding the checkpoint to resume from,
+// and the diagnosis of a diverged run. The library does the work (train/checkpoint.h,
+// train/periodic_checkpoints.h); this file turns flags into its calls and its results into text.
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "saturate/train/periodic_checkpoints.h"
+#include "saturate/train/trainer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace saturate::cli {
+
+struct CheckpointFlags {
+  std::string dir;
+  int64_t every_steps = 0;
+  std::string interval;  ///< a duration; empty: 10min when --checkpoint-every is not given
+  int keep = 3;
+  std::string resume;    ///< a checkpoint folder, or "auto" (--checkpoint-dir's newest, if any)
+  int64_t max_skipped_steps = 20;
+};
+
+void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags);
+
+/// The checkpoint options the flags give (dir empty: no checkpoints). --resume DIR without
+/// --checkpoint-dir checkpoints into DIR. Throws saturate::Error naming the flag.
+CheckpointOptions checkpoint_options(const CheckpointFlags& flags);
+
+/// The newest intact checkpoint --resume names, or nullopt ("auto" with none there yet: a
+/// fresh start). Damaged newer ones are logged as passed over. Throws saturate::Error (exit 2)
+/// when --resume names a folder with no usable checkpoint.
+std::optional<LoadedCheckpoint> find_resume(const CheckpointFlags& flags);
+
+/// Refuses (saturate::Error naming the setting) a checkpoint of another run; logs settings that
+/// changed but can continue, and where the run resumes.
+/// `total_steps`: this run's length, which the checkpoint must not be past.
+void check_resumable(const LoadedCheckpoint& checkpoint, const nlohmann::json& recipe,
+                     int64_t total_steps);
+
+/// Prints why the run stopped as diverged and what to try, on `err`.
+void print_divergence(std::ostream& err, const Divergence& d, const TrainOptions& o,
+                      const std::string& last_checkpoint);
+/// The divergence as JSON for the summary (null when none).
+nlohmann::json divergence_json(const std::optional<Divergence>& d);
+
+}  // namespace saturate::cli
