@@ -108,6 +108,7 @@ json run_input(std::istream& lines, const std::string& path) {
   in["kind"] = "run";
   in["title"] = "saturate run: " + path;
   json steps = json::array();
+  json evals = json::array();
   std::string line;
   int64_t n = 0;
   while (std::getline(lines, line)) {
@@ -120,6 +121,16 @@ json run_input(std::istream& lines, const std::string& path) {
       throw Error(concat("report: ", path, ": line ", n, ": not JSON (", e.what(), ")"));
     }
     SATURATE_CHECK(j.is_object(), "report: ", path, ": line ", n, ": expected an object");
+    if (j.value("type", std::string()) == "eval") {
+      // Validation (or test) metrics every --eval-every steps and at the end.
+      for (const char* key : {"step", "value"})
+        SATURATE_CHECK(j.contains(key) && j[key].is_number(), "report: ", path, ": line ", n,
+                       ": an evaluation record needs a number '", key, "'");
+      SATURATE_CHECK(j.contains("metric") && j["metric"].is_string(), "report: ", path,
+                     ": line ", n, ": an evaluation record needs a 'metric' name");
+      evals.push_back({{"step", j["step"]}, {"metric", j["metric"]}, {"value", j["value"]}});
+      continue;
+    }
     if (j.value("type", std::string()) != "step") continue;
     for (const char* key : {"step", "step_ms", "loss"})
       SATURATE_CHECK(j.contains(key) && j[key].is_number(), "report: ", path, ": line ", n,
@@ -128,6 +139,7 @@ json run_input(std::istream& lines, const std::string& path) {
   }
   SATURATE_CHECK(!steps.empty(), "report: ", path, ": no step records (a steps.jsonl of --logdir)");
   in["steps"] = steps;
+  in["evals"] = evals;
   // The rules that need only the steps (the file has no device or configuration facts).
   RunFacts facts;
   for (const json& j : steps) {
@@ -196,6 +208,7 @@ constexpr const char* kScript = R"JS(
   });
 
   if (data.kind === 'plan') {
+    document.getElementById('run-only').style.display = 'none';
     var st = document.getElementById('stages');
     data.stages.forEach(function (s) {
       var tr = el('tr');
@@ -272,11 +285,31 @@ constexpr const char* kScript = R"JS(
         type: 'area', groups: [ph] },
       point: { show: false }, axis: { y: { label: 'ms per step' } }
     });
-    chart('chart-loss', {
-      data: { x: 'step', columns: [['step'].concat(steps.map(function (s) { return s.step; })),
-                                   ['loss'].concat(steps.map(function (s) { return s.loss; }))] },
-      point: { show: false }, axis: { y: { label: 'training loss' } }
+    // Evaluations (--eval-every and the end): losses beside the training loss, the other
+    // metrics (accuracy) in a chart of their own; each metric on its own steps.
+    var lossCols = [['step'].concat(steps.map(function (s) { return s.step; })),
+                    ['loss'].concat(steps.map(function (s) { return s.loss; }))];
+    var lossXs = { loss: 'step' }, evalCols = [], evalXs = {}, byMetric = {};
+    (data.evals || []).forEach(function (e) { (byMetric[e.metric] = byMetric[e.metric] || []).push(e); });
+    Object.keys(byMetric).forEach(function (m) {
+      var pts = byMetric[m], isLoss = /loss/.test(m);
+      var cols = isLoss ? lossCols : evalCols, xs = isLoss ? lossXs : evalXs;
+      cols.push(['step_' + m].concat(pts.map(function (p) { return p.step; })));
+      cols.push([m].concat(pts.map(function (p) { return p.value; })));
+      xs[m] = 'step_' + m;
     });
+    chart('chart-loss', {
+      data: { xs: lossXs, columns: lossCols }, point: { show: false },
+      axis: { x: { label: 'step' }, y: { label: 'loss' } }
+    });
+    if (evalCols.length) {
+      chart('chart-eval', { data: { xs: evalXs, columns: evalCols },
+                            axis: { x: { label: 'step' }, y: { label: 'metric' } } });
+    } else {
+      var ce = document.getElementById('chart-eval');
+      ce.textContent = 'No evaluations in this run (train --eval-every N adds them).';
+      ce.setAttribute('data-rendered', 'none');
+    }
     chart('chart-throughput', {
       data: { x: 'step', columns: [['step'].concat(steps.map(function (s) { return s.step; })),
         ['samples/s'].concat(steps.map(function (s) { return s.step_ms > 0 ? s.samples / (s.step_ms / 1000) : 0; }))] },
@@ -357,6 +390,8 @@ std::string html_report(const json& input, const ReportAssets& assets) {
     << "<h2>Throughput</h2><div id=\"chart-throughput\" class=\"chart\"></div>\n"
     << "<h2>Step breakdown</h2><div id=\"chart-breakdown\" class=\"chart\"></div>\n"
     << "<h2>Loss</h2><div id=\"chart-loss\" class=\"chart\"></div>\n"
+    << "<div id=\"run-only\"><h2>Evaluation</h2><div id=\"chart-eval\" class=\"chart\"></div>"
+       "</div>\n"
     << "<h2>Context</h2><table id=\"context\"></table>\n"
     << "<script type=\"application/json\" id=\"report-data\">" << script_safe(input.dump())
     << "</script>\n<script>" << kScript << "</script>\n</body></html>\n";

@@ -472,8 +472,8 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
            (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
       complete_front();
     }
-    if (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0 && step + 1 < total &&
-        periodic.size() > 0 && !summary.divergence) {
+    if (options_.evaluate && options_.eval_every > 0 && (step + 1) % options_.eval_every == 0 &&
+        step + 1 < total && periodic.size() > 0 && !summary.divergence) {
       while (!in_flight.empty()) complete_front();
       const EvalResult ev = evaluate(periodic, data.normalize_mean, data.normalize_std);
       if (sink) {

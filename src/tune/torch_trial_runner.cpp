@@ -173,7 +173,10 @@ ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions
             lo.world = group_->world_size();
           }
           Loader loader(*input_.source, lo);
-          const TrainSummary s = trainer->fit(loader, eval_, &sink);
+          MultiSink sinks;
+          sinks.add(&sink);
+          if (observer_) sinks.add(observer_);
+          const TrainSummary s = trainer->fit(loader, eval_, &sinks);
           if (summary) *summary = s;
         }
         if (after_fit) after_fit(*trainer);
@@ -286,6 +289,9 @@ QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t sa
   TrainOptions o = c.train;
   o.steps = std::max<int64_t>(1, (samples + o.batch_size - 1) / o.batch_size);
   o.evaluate = true;
+  // The guard judges the run's final validation; evaluations along the way (the user's
+  // --eval-every) would cost time its budget did not size.
+  o.eval_every = 0;
   o.timing_warmup_steps = 0;
   MemorySink sink;
   TrainSummary s;

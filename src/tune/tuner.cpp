@@ -717,6 +717,9 @@ class Tuner {
     ref.prefetch = current_.prefetch;
     ref.threads = current_.threads;
     ref.train.memory_format = current_.train.memory_format;
+    // The evaluation batch measured with the training state resident (eval_batch stage):
+    // evaluation's numbers in the plan are for it.
+    ref.train.eval_batch_size = current_.train.eval_batch_size;
     return ref;
   }
 

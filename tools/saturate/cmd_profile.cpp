@@ -131,7 +131,10 @@ int run_profile(const std::vector<std::string>& args) {
     return run_as_ranks(ranks, "profile", args);
   // Leaves --steps alone: a profile, not the plan's whole run.
   if (read) apply_plan(*read, app, rf, dist_env_from_environment().world_size);
-  SATURATE_CHECK(rf.train.steps > 0, "profile: --steps must be positive, got ", rf.train.steps);
+  // --epochs alone profiles that many epochs (profile's 50 default steps would override them).
+  if (app.count("--epochs") > 0 && app.count("--steps") == 0) rf.train.steps = 0;
+  SATURATE_CHECK(rf.train.steps > 0 || app.count("--steps") == 0, "profile: --steps must be positive, got ",
+                 rf.train.steps);
   SATURATE_CHECK(window_steps > 0, "profile: --window must be positive, got ", window_steps);
   SATURATE_CHECK(skip_steps >= 0, "profile: --skip-steps must not be negative, got ", skip_steps);
   if (!summary_json.empty()) check_writable(summary_json, "--summary-json");

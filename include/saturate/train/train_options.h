@@ -43,10 +43,11 @@ struct TrainOptions {
   int64_t warmup_steps = -1;   ///< linear LR warm-up; -1 = 2% of the run, at most 100 steps
   uint64_t seed = 0;           ///< data order and (via seed_everything) initial weights
   int64_t timing_warmup_steps = 10;  ///< steps excluded from steady-state samples/s
-  bool evaluate = true;        ///< evaluate (validation and test splits) at the end
+  /// Evaluate at all: the validation and test splits at the end, and every eval_every steps.
+  bool evaluate = true;
   int64_t eval_batch_size = 1000;  ///< samples per evaluation forward pass
   /// Evaluate the validation split (the test split when there is none) every this many
-  /// optimizer steps as well as at the end; 0: only at the end.
+  /// optimizer steps as well as at the end; 0: only at the end. Needs `evaluate`.
   int64_t eval_every = 0;
   /// Resolved precision (resolve_precision() turns kAuto into one of the others first).
   Precision precision = Precision::kFp32;

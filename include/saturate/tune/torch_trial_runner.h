@@ -25,6 +25,7 @@ namespace saturate {
 class DeviceMemory;
 class DistGroup;
 class MemorySink;
+class TelemetrySink;
 class Trainer;
 struct ProbeResult;
 struct TrainSummary;
@@ -52,6 +53,9 @@ class TorchTrialRunner : public TrialRunner {
   /// largest batch is one rank's shard of the training split.
   void set_data_parallel(DistGroup* group);
   int64_t max_batch_size() const override { return max_batch_; }
+  /// Every run's step records and evaluations also go to `sink` (null: none); it must outlive
+  /// the runner's runs. For logs and tests.
+  void set_observer(TelemetrySink* sink) { observer_ = sink; }
 
  private:
   // Trains a fresh model of `c` with options `o` through the input's Loader, then (the Loader
@@ -69,6 +73,7 @@ class TorchTrialRunner : public TrialRunner {
   int64_t limit_bytes_ = 0;
   int64_t max_batch_ = 0;
   DistGroup* group_ = nullptr;
+  TelemetrySink* observer_ = nullptr;
 };
 
 }  // namespace saturate

@@ -444,6 +444,23 @@ TEST(Trainer, Issue13_EvaluatesTheValidationSplitEveryNStepsAndAtTheEnd) {
   EXPECT_DOUBLE_EQ(s.val_accuracy, s.test_accuracy);
 }
 
+// Issue 34 (defect 4): `train --no-eval --eval-every N` evaluated every N steps anyway, and so
+// did every tune trial of a recipe with --eval-every (trials run with evaluate off).
+TEST(Trainer, Issue34_NoEvaluationMeansNoPeriodicEvaluationEither) {
+  DatasetSplits data = testing::make_pattern_splits(256, 64);
+  data.validation = data.test;
+  TrainOptions o = small_run(12);
+  o.eval_every = 4;
+  o.evaluate = false;
+  seed_everything(o.seed);
+  auto model = make_model("mlp", {data.train.sample_shape(), data.train.num_classes});
+  Trainer trainer(*model, o, c10::Device("cpu"));
+  EvalSink sink;
+  trainer.fit(data, &sink);
+  EXPECT_TRUE(sink.evals.empty()) << sink.evals.size() << " evaluations, the first at step "
+                                  << sink.evals.front().step;
+}
+
 }  // namespace saturate
 
 namespace saturate {

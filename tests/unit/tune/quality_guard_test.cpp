@@ -8,6 +8,7 @@
 
 #include "saturate/data/training_input.h"
 #include "saturate/device/device_memory.h"
+#include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/tune/torch_trial_runner.h"
 #include "saturate/tune/tuner.h"
 
@@ -89,6 +90,32 @@ TEST(QualityGuardReal, Issue13_AcceptsAHarmlessSquareRootRescaleForAdamW) {
   EXPECT_TRUE(plan.quality.accepted);
   EXPECT_GT(plan.quality.baseline, 0.6) << "the baseline learned something";
   EXPECT_GE(plan.quality.tuned, plan.quality.baseline - plan.quality.tolerance);
+}
+
+// Issue 34 (defect 4): the user's --eval-every ran inside tune's trials and guard runs, at a
+// cost the budget never sized. A trial evaluates nothing; a guard run only at its end.
+TEST(TorchTrialRunnerReal, Issue34_EvalEveryStaysOutOfTrialsAndGuardRuns) {
+  Fixture f = open_fmnist();
+  struct Evals : TelemetrySink {
+    void on_step(const StepRecord&) override { ++steps; }
+    void on_eval(int64_t step, const std::string&, double) override { at.push_back(step); }
+    int64_t steps = 0;
+    std::vector<int64_t> at;
+  } seen;
+  f.runner->set_observer(&seen);
+  TrialConfig c;
+  c.train.batch_size = 64;
+  c.train.eval_every = 2;
+  TrialRequest req;
+  req.config = c;
+  req.steps = 6;
+  ASSERT_TRUE(f.runner->run(req).fits);
+  EXPECT_EQ(seen.steps, 6);
+  EXPECT_TRUE(seen.at.empty()) << "a trial evaluated at step " << seen.at.front();
+  const QualityRun q = f.runner->train_and_validate(c, /*samples=*/6 * 64);
+  EXPECT_EQ(seen.steps, 12);
+  ASSERT_FALSE(seen.at.empty()) << "the guard run's final validation";
+  for (int64_t step : seen.at) EXPECT_EQ(step, 6) << "a guard run evaluated along the way";
 }
 
 TEST(TorchTrialRunnerReal, Issue13_EvaluationMeasuresUnderInferenceModeWithTheTrainingStateResident) {

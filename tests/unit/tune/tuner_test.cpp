@@ -410,6 +410,28 @@ TEST(Tuner, Issue13_AGuardNoisierThanItsToleranceIsInconclusiveAndFallsBack) {
 }
 
 
+// Issue 34 (defect 3): the guard's fall-back to the user's configuration dropped the tuned
+// evaluation batch, so the plan paired the user's eval batch with numbers measured at another.
+TEST(Tuner, Issue34_TheGuardsFallBackKeepsTheTunedEvalBatch) {
+  SimulatedProfile p = gpu_like();
+  p.metric_noise = 0.2;  // the guard cannot judge: it falls back (as in the test above)
+  SimulatedDevice dev(p, 27);
+  TuneOptions o = options();
+  o.eval_samples = 100000;
+  std::string eval_why;
+  const Plan plan = tune(dev, user(64), o, [&](const PlanStage& s) {
+    if (s.name == "eval_batch") eval_why = s.why;
+  });
+  ASSERT_EQ(plan.quality.status, "inconclusive") << plan.quality.why;
+  const std::string tag = ": batch ";
+  const size_t at = eval_why.rfind(tag);
+  ASSERT_NE(at, std::string::npos) << eval_why;
+  const int64_t tuned = std::stoll(eval_why.substr(at + tag.size()));
+  ASSERT_NE(tuned, TrainOptions().eval_batch_size) << "the stage must have changed it: " << eval_why;
+  EXPECT_EQ(plan.config.train.eval_batch_size, tuned);
+  EXPECT_EQ(plan.config.train.batch_size, 64) << "the fall-back is the user's batch";
+}
+
 TEST(Tuner, Issue13_ABatchThatIsNotFasterBeyondNoiseLeavesTheUsersBatch) {
   // A flat throughput curve: every batch runs at the plateau, so whichever batch the search
   // measured fastest won by noise alone. Taking it would rescale the learning rate (and run
