@@ -12,6 +12,7 @@
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/telemetry/throughput.h"
+#include "saturate/tune/noise_rule.h"
 
 namespace saturate {
 
@@ -182,9 +183,7 @@ class Tuner {
   bool better(const TrialOutcome& a, const TrialOutcome& b) const {
     if (!safe(a)) return false;
     if (!b.fits) return true;
-    const double gain = sps(a) / sps(b) - 1.0;
-    const double noise = std::hypot(noise_of(a.measurement), noise_of(b.measurement));
-    return gain >= o_.min_gain && gain > 2.0 * noise;
+    return beats(sps(a), noise_of(a.measurement), sps(b), noise_of(b.measurement), o_.min_gain);
   }
 
   void finish_stage(const std::string& name, double before, double after, bool changed,

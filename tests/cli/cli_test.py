@@ -1440,6 +1440,47 @@ def case_issue34_no_eval_means_no_eval(tmp):
         fail(f"--no-eval run evaluated: {evals[0]}")
 
 
+def case_issue34_ctrl_c_in_the_ranks_stage(tmp):
+    # Defect 2: Ctrl-C while the ranks stage ran its candidates ended tune with exit 2 and no
+    # plan (the launcher's 130 became a usage error). Ctrl-C at a terminal reaches the whole
+    # foreground group: here the group this test made for tune.
+    if len(os.sched_getaffinity(0)) < 2:
+        print("one usable core: no ranks stage to interrupt")
+        return
+    plan_path = os.path.join(tmp, "plan.json")
+    p = subprocess.Popen([ARGS.saturate, "tune", "--data", "synthetic:1,28,28,10,2048,300",
+                          "--model", "mlp", "--batch-size", "64", "--budget-s", "60",
+                          "--max-ranks", "2", "--out", plan_path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        seen = ""
+        line = p.stdout.readline()
+        while line and not line.lstrip().startswith("confirm") and time.time() < deadline:
+            seen += line
+            line = p.stdout.readline()
+        seen += line
+        if not line:
+            fail(f"tune ended before its ranks stage:\n{seen}\n{p.stderr.read()}")
+        time.sleep(0.5)  # the first candidate's ranks are starting
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    if p.returncode != 130:
+        fail(f"exit {p.returncode} after Ctrl-C in the ranks stage, expected 130\n{seen}{out}\n{err}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    ranks = [s for s in plan["stages"] if s["name"] == "ranks"]
+    if not plan["interrupted"] or not ranks or "interrupted" not in ranks[0]["why"]:
+        fail(f"the partial plan: interrupted={plan['interrupted']}, ranks stage {ranks}")
+    if plan["config"]["world_size"] != 1:
+        fail("an interrupted ranks stage changed the plan's processes")
+
+
 # ---- issue 16: checkpoints, resume, preemption, divergence ----------------------------------------
 
 def checkpoint_tensors(step_dir):

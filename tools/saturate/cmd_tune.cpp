@@ -24,6 +24,7 @@
 #include "saturate/report/context.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/tune/plan.h"
+#include "saturate/tune/ranks_stage.h"
 #include "saturate/tune/torch_trial_runner.h"
 #include "saturate/tune/tuner.h"
 
@@ -264,7 +265,7 @@ int run_tune(const std::vector<std::string>& args) {
   // tune is itself one rank of a job (the launcher chose the processes).
   SATURATE_CHECK(max_ranks >= 0, "tune: --max-ranks must be >= 0, got ", max_ranks);
   if (!plan.interrupted && !dist_env_from_environment().is_distributed()) {
-    RanksStageInput ri;
+    RanksStageOptions ri;
     ri.on_cpu = recipe.device.is_cpu();
     ri.cores = usable_cores();
     ri.max_ranks = max_ranks > 0 ? max_ranks : ri.cores;
@@ -274,9 +275,13 @@ int run_tune(const std::vector<std::string>& args) {
     }
     ri.budget_left_s = o.budget_s > 0 ? std::max(0.0, o.budget_s - plan.tune_wall_s) : -1.0;
     ri.stop = &g_interrupted;
+    // Every process of a candidate on this host shares the memory the trials planned for.
+    ri.memory_limit_bytes = runner.memory_limit_bytes();
+    ri.reserve = plan.reserve;
     const auto t0 = std::chrono::steady_clock::now();
     const size_t stages = plan.stages.size();
-    tune_ranks(plan, ri);
+    LaunchJobRunner jobs(plan);
+    tune_ranks(plan, ri, jobs);
     if (plan.stages.size() > stages) print_stage(std::cout, plan.stages.back());
     plan.tune_wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

@@ -1,29 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The ranks stage of `saturate tune` on a CPU: processes × threads for the plan's global batch.
+// The JobRunner of `saturate tune`'s ranks stage (tune/ranks_stage.h): each job is
+// `saturate train --config PLAN` started as config.world_size ranks by launch(), exactly as
+// the plan will be run.
 
-#include <atomic>
+#include <memory>
 #include <string>
 
+#include "saturate/core/temp_folder.h"
+#include "saturate/tune/job_runner.h"
 #include "saturate/tune/plan.h"
 
 namespace saturate::cli {
 
-struct RanksStageInput {
-  bool on_cpu = true;
-  int cores = 1;      ///< usable cores: candidates are 1 × cores, 2 × cores/2, ...
-  int max_ranks = 1;  ///< the most processes to try
-  bool model_has_buffers = false;  ///< BatchNorm statistics: per-rank batches change the model
-  double budget_left_s = -1;       ///< -1: no budget
-  const std::atomic<bool>* stop = nullptr;
-};
+class LaunchJobRunner : public JobRunner {
+ public:
+  /// Writes `plan` into a scratch folder of its own; every job runs it, with the candidate's
+  /// batch, accumulation and threads on the command line.
+  explicit LaunchJobRunner(const Plan& plan);
+  /// Exit 0: the job's summary. 130 (Ctrl-C, which the launcher passes to the ranks):
+  /// interrupted. Anything else: failed, with the failed rank's reason.
+  JobOutcome run(const JobRequest& request) override;
 
-/// Runs the plan's configuration as 1 process and as 2, 4, ... data-parallel processes
-/// (up to max_ranks and the cores, the global batch split evenly), each the way
-/// `saturate train --config` runs it, alternating them over two rounds; keeps W processes when
-/// their median job samples/s beats one process's by more than 3%. Appends a "ranks" stage (and
-/// its trials) to `plan`, with the reason when it did not run. Throws saturate::Error when a
-/// candidate run fails.
-void tune_ranks(Plan& plan, const RanksStageInput& in);
+ private:
+  TempFolder scratch_;
+  std::string plan_path_, summary_path_;
+};
 
 }  // namespace saturate::cli

@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The tuner's one rule for "faster": a measured gain counts only when it is large enough to
+// matter and beyond what the measurements' own noise could produce.
+//
+//   if (beats(tuned_sps, tuned_noise, base_sps, base_noise, /*min_gain=*/0.03)) take(tuned);
+
+namespace saturate {
+
+/// True when `a_samples_per_s` beats `b_samples_per_s`: the gain a/b - 1 is at least
+/// `min_gain` and more than twice the comparison's noise, the two relative standard errors
+/// (`a_noise`, `b_noise`, fractions of each mean) combined. A non-positive `b` is beaten by any
+/// positive `a`.
+bool beats(double a_samples_per_s, double a_noise, double b_samples_per_s, double b_noise,
+           double min_gain);
+
+}  // namespace saturate

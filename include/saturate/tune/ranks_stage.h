@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The ranks stage of a CPU tune: the plan's global batch as 1 process × all cores against 2, 4,
+// ... data-parallel processes sharing them. Which is faster depends on the model and the
+// machine (small GEMMs scale badly over threads; processes pay for the all-reduce), so each
+// runs as a whole job through a JobRunner, the way `saturate train --config` runs the plan.
+//
+//   RanksStageOptions o;  o.cores = 8;  o.max_ranks = 8;  o.memory_limit_bytes = host_bytes;
+//   tune_ranks(plan, o, launcher_runner);   // appends the "ranks" stage, maybe changes the plan
+
+#include <atomic>
+#include <cstdint>
+
+#include "saturate/tune/job_runner.h"
+#include "saturate/tune/plan.h"
+
+namespace saturate {
+
+struct RanksStageOptions {
+  bool on_cpu = true;  ///< on a GPU, one process per GPU is the launcher's choice: no stage
+  int cores = 1;       ///< usable cores: candidates are 1 × cores, 2 × cores/2, ...
+  int max_ranks = 1;   ///< the most processes to try
+  bool model_has_buffers = false;  ///< BatchNorm statistics: per-rank batches change the model
+  double budget_left_s = -1;       ///< -1: no budget
+  /// Memory every process of a candidate needs together (peak × ranks) must stay under
+  /// this × (1 - reserve); 0: not checked.
+  int64_t memory_limit_bytes = 0;
+  double reserve = 0.10;
+  double min_gain = 0.03;  ///< more processes must be this much faster, and beyond noise
+  int rounds = 2;          ///< runs per candidate, alternating
+  double startup_guess_s = 1.5;  ///< a run's start-up until the first run measures it
+  const std::atomic<bool>* stop = nullptr;
+};
+
+/// Runs the plan's configuration as 1 process and as 2, 4, ... processes (up to max_ranks and
+/// the cores, the global batch split evenly), alternating over `rounds`; keeps W processes
+/// when their median job samples/s beats one process's by the tuner's noise rule and they fit
+/// in memory. Appends a "ranks" stage with the numbers and why (or why it did not run) and
+/// each run as a trial. A candidate whose job fails is recorded as failed and left out; a
+/// stop (Ctrl-C, or a job that reports one) ends the stage and marks the plan interrupted.
+void tune_ranks(Plan& plan, const RanksStageOptions& options, JobRunner& runner);
+
+}  // namespace saturate

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/tune/ranks_stage.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "saturate/core/units.h"
+#include "saturate/telemetry/throughput.h"
+#include "saturate/tune/noise_rule.h"
+#include "saturate/tune/tuner.h"
+
+namespace saturate {
+namespace {
+
+struct Candidate {
+  int ranks = 1;
+  int threads = 1;
+  TrialConfig config;
+  std::vector<double> job_samples_per_s;  // one per successful run
+  int64_t peak_memory_bytes = 0;          // one process's, highest over the runs
+  std::string failed;                     // why a run failed (empty: none did)
+  bool over_memory = false;
+  double median() const { return job_samples_per_s.empty() ? 0.0 : saturate::median(job_samples_per_s); }
+  double noise() const { return relative_standard_error(job_samples_per_s); }
+  bool usable() const { return failed.empty() && !over_memory && !job_samples_per_s.empty(); }
+  std::string describe() const {
+    return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " × " +
+           std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  }
+};
+
+// The plan's config as `ranks` processes: each takes its share of the global batch and keeps
+// the plan's micro-batch.
+TrialConfig as_ranks(const TrialConfig& c, int ranks, int threads) {
+  TrialConfig out = c;
+  out.world_size = ranks;
+  out.threads = threads;
+  out.train.batch_size = c.train.batch_size * c.world_size / ranks;
+  const int64_t micro = c.micro_batch();
+  out.train.accumulate = std::max<int64_t>(1, (out.train.batch_size + micro - 1) / micro);
+  return out;
+}
+
+std::vector<Candidate> candidates_for(const TrialConfig& tuned, const RanksStageOptions& o) {
+  const int64_t global = tuned.train.batch_size * tuned.world_size;
+  std::vector<Candidate> out;
+  Candidate one;
+  one.threads = tuned.threads > 0 ? tuned.threads : o.cores;
+  one.config = as_ranks(tuned, 1, one.threads);
+  out.push_back(one);
+  for (int ranks = 2; ranks <= std::min(o.cores, o.max_ranks); ranks *= 2) {
+    // Ranks step on equal batches: a global batch that does not split evenly is rounded down
+    // (973 → 2 × 486), at most ranks - 1 samples less.
+    if (global < ranks) continue;
+    Candidate c;
+    c.ranks = ranks;
+    c.threads = std::max(1, o.cores / ranks);
+    c.config = as_ranks(tuned, ranks, c.threads);
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Why the stage does not run, or empty.
+std::string reason_to_skip(const Plan& plan, const RanksStageOptions& o, size_t candidates) {
+  if (o.cores < 2) return "one usable core: no second process to try";
+  if (o.max_ranks < 2) return "not tried (--max-ranks " + std::to_string(o.max_ranks) + ")";
+  if (o.model_has_buffers)
+    return "not tried: the model keeps BatchNorm statistics, which each rank would take from its "
+           "share of the batch (a different model from one process's)";
+  if (candidates < 2)
+    return "the global batch " + std::to_string(plan.config.train.batch_size * plan.config.world_size) +
+           " is too small to split over 2 ranks";
+  return "";
+}
+
+void record_trial(Plan& plan, const Candidate& c, const JobOutcome& out, int round, int64_t steps) {
+  PlanTrial t;
+  t.stage = "ranks";
+  t.purpose = round == 0 ? "throughput" : "repeat";
+  t.config = c.config;
+  t.fits = out.status == JobStatus::kOk;
+  t.samples_per_s = out.job_samples_per_s;
+  t.peak_memory_bytes = out.peak_memory_bytes * c.ranks;
+  t.steps = steps * c.ranks;
+  plan.trials.push_back(t);
+  plan.probe_steps += steps * c.ranks;
+}
+
+std::string measured_text(const std::vector<Candidate>& candidates, int64_t global) {
+  std::string s;
+  for (const Candidate& c : candidates) {
+    s += (s.empty() ? "" : ", ") + c.describe() + " ";
+    if (!c.failed.empty()) {
+      s += "failed (" + c.failed + ")";
+    } else if (c.job_samples_per_s.empty()) {
+      s += "not run";
+    } else {
+      s += format_fixed(c.median(), 1);
+      if (c.over_memory) s += " (needs " + format_bytes(c.peak_memory_bytes * c.ranks) + ": over the memory limit)";
+    }
+    const int64_t g = c.config.train.batch_size * c.ranks;
+    if (g != global) s += " (global batch " + std::to_string(g) + ")";
+  }
+  return s;
+}
+
+}  // namespace
+
+void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
+  if (!o.on_cpu) return;
+  PlanStage stage;
+  stage.name = "ranks";
+  const TrialConfig tuned = plan.config;
+  const int64_t global = tuned.train.batch_size * tuned.world_size;
+  std::vector<Candidate> candidates = candidates_for(tuned, o);
+  if (const std::string why = reason_to_skip(plan, o, candidates.size()); !why.empty()) {
+    stage.why = why;
+    plan.stages.push_back(stage);
+    return;
+  }
+  // Long enough for a steady state past the untimed warm-up: about 1.5 s of training each.
+  const double sps = std::max(1.0, plan.tuned.samples_per_s);
+  const int64_t steps = std::clamp<int64_t>(
+      static_cast<int64_t>(1.5 * sps / static_cast<double>(global)), 20, 300);
+  const double train_s = static_cast<double>(steps * global) / sps;
+  double per_run_s = o.startup_guess_s + train_s;  // corrected once a run measured it
+  const auto runs_total = static_cast<double>(o.rounds) * static_cast<double>(candidates.size());
+  if (o.budget_left_s >= 0 && per_run_s * runs_total > o.budget_left_s) {
+    stage.why = "not tried: " + std::to_string(static_cast<int>(runs_total)) + " runs of about " +
+                format_duration_s(per_run_s) + " exceed the " + format_duration_s(o.budget_left_s) +
+                " of budget left";
+    plan.stages.push_back(stage);
+    return;
+  }
+  // Time spent: the clock's, or the runs' own account of it where that is more.
+  const auto start = std::chrono::steady_clock::now();
+  double runs_wall_s = 0;
+  auto spent_s = [&] {
+    return std::max(runs_wall_s,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
+  const int64_t memory_target = o.memory_limit_bytes > 0
+      ? static_cast<int64_t>(static_cast<double>(o.memory_limit_bytes) * (1.0 - o.reserve)) : 0;
+  bool interrupted = false, out_of_budget = false;
+  // Rounds alternate the candidates, so a drift of the machine's speed touches each alike.
+  for (int round = 0; round < o.rounds && !interrupted && !out_of_budget; ++round) {
+    for (Candidate& c : candidates) {
+      if (!c.failed.empty()) continue;
+      if (o.stop && o.stop->load()) {
+        interrupted = true;
+        break;
+      }
+      if (o.budget_left_s >= 0 && spent_s() + per_run_s > o.budget_left_s) {
+        out_of_budget = true;
+        break;
+      }
+      const JobOutcome out = runner.run({c.config, steps});
+      runs_wall_s += out.wall_s;
+      if (out.wall_s > 0) per_run_s = std::max(per_run_s, out.wall_s);
+      if (out.status == JobStatus::kInterrupted) {
+        interrupted = true;
+        break;
+      }
+      record_trial(plan, c, out, round, steps);
+      if (out.status == JobStatus::kFailed) {
+        c.failed = out.reason.empty() ? "it failed" : out.reason;
+        continue;
+      }
+      c.job_samples_per_s.push_back(out.job_samples_per_s);
+      c.peak_memory_bytes = std::max(c.peak_memory_bytes, out.peak_memory_bytes);
+      c.over_memory = memory_target > 0 && c.peak_memory_bytes * c.ranks > memory_target;
+    }
+  }
+  const Candidate& one = candidates[0];
+  const Candidate* best = &one;
+  for (const Candidate& c : candidates) {
+    if (c.usable() && c.median() > best->median()) best = &c;
+  }
+  // More processes must beat one by the tuner's rule (a clear gain, beyond the runs' noise);
+  // without a usable one-process measurement nothing can be compared.
+  const bool change = !interrupted && one.usable() && best != &one &&
+                      beats(best->median(), best->noise(), one.median(), one.noise(), o.min_gain);
+  stage.before_samples_per_s = one.median();
+  stage.after_samples_per_s = change ? best->median() : one.median();
+  stage.changed = change;
+  std::string verdict;
+  if (interrupted) {
+    verdict = "interrupted: the plan keeps its processes";
+  } else if (!one.usable()) {
+    verdict = "one process could not be measured: kept the plan's processes";
+  } else if (change) {
+    verdict = "kept " + best->describe() + " (run it with saturate train --config, which starts the ranks)";
+  } else if (best == &one) {
+    verdict = "one process is fastest";
+  } else {
+    verdict = "kept one process: " + best->describe() + " is not faster beyond " +
+              format_fixed(100 * o.min_gain, 0) + "% and the runs' noise";
+  }
+  stage.why = "global batch " + std::to_string(global) + ", samples/s of the job (median of " +
+              std::to_string(o.rounds) + " train runs of " + std::to_string(steps) +
+              " steps each): " + measured_text(candidates, global) +
+              (out_of_budget ? "; stopped at the budget" : "") + "; " + verdict;
+  if (change) {
+    plan.config = best->config;
+    plan.tuned.samples_per_s = best->median();
+    const int64_t rounded = best->config.train.batch_size * best->ranks;
+    if (rounded != global && plan.effective_batch == "lr_rescaled")
+      plan.config.train.lr = rescaled_lr(tuned.train.lr, tuned.train.optimizer, global, rounded);
+  }
+  if (interrupted) plan.interrupted = true;
+  plan.stages.push_back(stage);
+}
+
+}  // namespace saturate

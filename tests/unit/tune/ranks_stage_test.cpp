@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ranks stage against a scripted JobRunner: what it keeps, and (issue 34, defects 2 and 5)
+// that a failed or interrupted candidate is an outcome, not an error, and that a candidate
+// whose processes together need more memory than the tune planned for is not taken.
+#include "saturate/tune/ranks_stage.h"
+
+#include <functional>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "saturate/tune/noise_rule.h"
+
+namespace saturate {
+namespace {
+
+// Answers each run from a script keyed by the candidate's world size; counts the runs.
+class ScriptedJobs : public JobRunner {
+ public:
+  using Script = std::function<JobOutcome(int ranks, int run_of_this_size)>;
+  explicit ScriptedJobs(Script script) : script_(std::move(script)) {}
+  JobOutcome run(const JobRequest& r) override {
+    requests.push_back(r);
+    return script_(r.config.world_size, runs_[r.config.world_size]++);
+  }
+  std::vector<JobRequest> requests;
+
+ private:
+  Script script_;
+  std::map<int, int> runs_;
+};
+
+JobOutcome ok(double sps, int64_t peak = 100 << 20) {
+  JobOutcome o;
+  o.job_samples_per_s = sps;
+  o.peak_memory_bytes = peak;
+  o.wall_s = 2.0;
+  return o;
+}
+
+Plan tuned_plan(int64_t batch = 256) {
+  Plan p;
+  p.config.train.batch_size = batch;
+  p.config.threads = 4;
+  p.tuned.samples_per_s = 4000;
+  p.effective_batch = "lr_rescaled";
+  return p;
+}
+
+RanksStageOptions four_cores() {
+  RanksStageOptions o;
+  o.cores = 4;
+  o.max_ranks = 4;
+  o.memory_limit_bytes = int64_t{8} << 30;
+  return o;
+}
+
+}  // namespace
+
+TEST(NoiseRule, AGainCountsOnlyWhenLargeEnoughAndBeyondNoise) {
+  EXPECT_TRUE(beats(110, 0.01, 100, 0.01, 0.03));
+  EXPECT_FALSE(beats(102, 0.001, 100, 0.001, 0.03)) << "below the minimum gain";
+  EXPECT_FALSE(beats(110, 0.05, 100, 0.05, 0.03)) << "10% is within twice the noise (14%)";
+  EXPECT_TRUE(beats(1, 0.5, 0, 0, 0.03)) << "anything beats what could not run";
+  EXPECT_FALSE(beats(0, 0, 100, 0, 0.03));
+}
+
+TEST(RanksStage, KeepsMoreProcessesWhenClearlyFasterAndSplitsTheGlobalBatch) {
+  ScriptedJobs jobs([](int ranks, int) { return ok(ranks == 1 ? 3000 : ranks == 2 ? 4200 : 3900); });
+  Plan plan = tuned_plan();
+  tune_ranks(plan, four_cores(), jobs);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  EXPECT_TRUE(plan.stages[0].changed) << plan.stages[0].why;
+  EXPECT_EQ(plan.config.world_size, 2);
+  EXPECT_EQ(plan.config.train.batch_size, 128);
+  EXPECT_EQ(plan.config.threads, 2);
+  EXPECT_EQ(jobs.requests.size(), 6u) << "three candidates, two rounds";
+  EXPECT_EQ(plan.trials.size(), 6u);
+  EXPECT_FALSE(plan.interrupted);
+}
+
+TEST(RanksStage, Issue34_AFailingCandidateIsAMeasuredFailureAndTheTuneGoesOn) {
+  ScriptedJobs jobs([](int ranks, int) {
+    if (ranks == 1) return ok(3000);
+    JobOutcome o;
+    o.status = JobStatus::kFailed;
+    o.reason = "rank 1 exited with code 1: out of memory";
+    return o;
+  });
+  Plan plan = tuned_plan();
+  ASSERT_NO_THROW(tune_ranks(plan, four_cores(), jobs));
+  EXPECT_FALSE(plan.stages[0].changed);
+  EXPECT_EQ(plan.config.world_size, 1);
+  EXPECT_NE(plan.stages[0].why.find("2 ranks × 2 threads failed (rank 1 exited with code 1: out "
+                                    "of memory)"), std::string::npos)
+      << plan.stages[0].why;
+  // A failed candidate is not run again in the second round.
+  int failed_runs = 0;
+  for (const JobRequest& r : jobs.requests) failed_runs += r.config.world_size > 1;
+  EXPECT_EQ(failed_runs, 2) << "2 and 4 ranks once each";
+  EXPECT_FALSE(plan.interrupted);
+}
+
+TEST(RanksStage, Issue34_CtrlCDuringACandidateEndsTheStageAndMarksThePlanInterrupted) {
+  ScriptedJobs jobs([](int ranks, int) {
+    if (ranks == 1) return ok(3000);
+    JobOutcome o;
+    o.status = JobStatus::kInterrupted;  // the launcher passed Ctrl-C to the ranks
+    return o;
+  });
+  Plan plan = tuned_plan();
+  tune_ranks(plan, four_cores(), jobs);
+  EXPECT_TRUE(plan.interrupted);
+  EXPECT_FALSE(plan.stages[0].changed);
+  EXPECT_EQ(plan.config.world_size, 1);
+  EXPECT_EQ(jobs.requests.size(), 2u) << "nothing runs after the interrupted job";
+  EXPECT_NE(plan.stages[0].why.find("interrupted"), std::string::npos) << plan.stages[0].why;
+  // The stop flag, set before a run, does the same.
+  std::atomic<bool> stop{true};
+  RanksStageOptions o = four_cores();
+  o.stop = &stop;
+  Plan again = tuned_plan();
+  ScriptedJobs none([](int, int) { return ok(1); });
+  tune_ranks(again, o, none);
+  EXPECT_TRUE(again.interrupted);
+  EXPECT_TRUE(none.requests.empty());
+}
+
+TEST(RanksStage, Issue34_ACandidateOverTheMemoryLimitIsNotTakenHoweverFast) {
+  // Each process peaks at 3 GiB: one fits the 8 GiB limit less 10%, two (6 GiB) fit, four
+  // (12 GiB) do not, however fast they run.
+  ScriptedJobs jobs([](int ranks, int) {
+    return ok(ranks == 1 ? 3000 : ranks == 2 ? 3300 : 6000, int64_t{3} << 30);
+  });
+  Plan plan = tuned_plan();
+  tune_ranks(plan, four_cores(), jobs);
+  EXPECT_EQ(plan.config.world_size, 2) << plan.stages[0].why;
+  EXPECT_NE(plan.stages[0].why.find("over the memory limit"), std::string::npos)
+      << plan.stages[0].why;
+}
+
+TEST(RanksStage, AGainWithinTheRunsNoiseKeepsOneProcess) {
+  // Two ranks measure 6% faster on average, but their two runs are 30% apart.
+  ScriptedJobs jobs([](int ranks, int run) {
+    if (ranks == 1) return ok(3000);
+    return ok(ranks == 2 ? (run == 0 ? 2700 : 3660) : 2000);
+  });
+  Plan plan = tuned_plan();
+  tune_ranks(plan, four_cores(), jobs);
+  EXPECT_FALSE(plan.stages[0].changed) << plan.stages[0].why;
+  EXPECT_EQ(plan.config.world_size, 1);
+}
+
+TEST(RanksStage, StopsAtTheBudgetWithWhatItMeasured) {
+  // The runs take far longer than guessed: after the first, the next would not fit the budget.
+  ScriptedJobs jobs([](int ranks, int) {
+    JobOutcome o = ok(ranks == 1 ? 3000 : 5000);
+    o.wall_s = 25;
+    return o;
+  });
+  RanksStageOptions o = four_cores();
+  o.budget_left_s = 30;
+  Plan plan = tuned_plan();
+  tune_ranks(plan, o, jobs);
+  EXPECT_EQ(jobs.requests.size(), 1u);
+  EXPECT_NE(plan.stages[0].why.find("stopped at the budget"), std::string::npos)
+      << plan.stages[0].why;
+  EXPECT_FALSE(plan.stages[0].changed);
+}
+
+TEST(RanksStage, SaysWhyItDoesNotRun) {
+  ScriptedJobs jobs([](int, int) { return ok(1); });
+  RanksStageOptions o = four_cores();
+  o.model_has_buffers = true;
+  Plan plan = tuned_plan();
+  tune_ranks(plan, o, jobs);
+  EXPECT_NE(plan.stages[0].why.find("BatchNorm"), std::string::npos);
+  o = four_cores();
+  o.cores = 1;
+  Plan single = tuned_plan();
+  tune_ranks(single, o, jobs);
+  EXPECT_NE(single.stages[0].why.find("one usable core"), std::string::npos);
+  o = four_cores();
+  o.budget_left_s = 1;
+  Plan poor = tuned_plan();
+  tune_ranks(poor, o, jobs);
+  EXPECT_NE(poor.stages[0].why.find("budget left"), std::string::npos);
+  EXPECT_TRUE(jobs.requests.empty());
+}
+
+}  // namespace saturate
