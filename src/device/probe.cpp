@@ -93,6 +93,23 @@ DeviceProbe probe_devices() {
   return probe;
 }
 
+DeviceChoice select_rank_device(const DeviceSpec& spec, const DeviceProbe& probe, int local_rank,
+                                int local_world_size) {
+  const DeviceChoice one = select_device(spec, probe);
+  const bool per_rank = one.device.is_cuda() && spec.index < 0 && local_world_size > 1;
+  if (!per_rank) return one;
+  const int count = static_cast<int>(probe.gpus.size());
+  SATURATE_CHECK(count == 0 || local_world_size <= count, "device: ", local_world_size,
+                 " data-parallel ranks on this node but ", count,
+                 count == 1 ? " CUDA device is" : " CUDA devices are",
+                 " visible: one GPU per rank; start at most ", count,
+                 " ranks per node (or check CUDA_VISIBLE_DEVICES)");
+  const auto device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(local_rank));
+  const std::string name =
+      local_rank < count ? describe_gpu(probe.gpus[static_cast<size_t>(local_rank)]) : device.str();
+  return {device, name + ", local rank " + std::to_string(local_rank) + "'s GPU"};
+}
+
 DeviceChoice select_device(const DeviceSpec& spec, const DeviceProbe& probe) {
   const std::string unavailable = probe.cuda_unavailable_reason.empty()
                                       ? std::string("CUDA is not available")

@@ -49,7 +49,7 @@ int64_t parse_step(const std::string& name) {
 // Writes `bytes` to `path` and syncs it to the disk before returning.
 void write_synced(const std::string& path, const std::string& bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  SATURATE_CHECK(fd >= 0, "checkpoint: cannot create ", path, ": ", std::strerror(errno));
+  SATURATE_CHECK_RUN(fd >= 0, "checkpoint: cannot create ", path, ": ", std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -57,24 +57,24 @@ void write_synced(const std::string& path, const std::string& bytes) {
     if (n <= 0) {
       const int err = errno;
       ::close(fd);
-      SATURATE_CHECK(false, "checkpoint: cannot write ", path, ": ", std::strerror(err));
+      SATURATE_CHECK_RUN(false, "checkpoint: cannot write ", path, ": ", std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }
   const bool synced = ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
-  SATURATE_CHECK(synced, "checkpoint: cannot sync ", path, ": ", std::strerror(err));
+  SATURATE_CHECK_RUN(synced, "checkpoint: cannot sync ", path, ": ", std::strerror(err));
 }
 
 // A folder's entries (a rename in it) reach the disk only when the folder itself is synced.
 void sync_folder(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  SATURATE_CHECK(fd >= 0, "checkpoint: cannot open ", dir, ": ", std::strerror(errno));
+  SATURATE_CHECK_RUN(fd >= 0, "checkpoint: cannot open ", dir, ": ", std::strerror(errno));
   const bool synced = ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
-  SATURATE_CHECK(synced, "checkpoint: cannot sync ", dir, ": ", std::strerror(err));
+  SATURATE_CHECK_RUN(synced, "checkpoint: cannot sync ", dir, ": ", std::strerror(err));
 }
 
 std::string read_bytes(const std::string& path) {
@@ -286,7 +286,7 @@ std::string CheckpointStore::save(const TrainState& state, const nlohmann::json&
   const std::string tmp = dir_ + "/.tmp-" + name;
   const std::string final_dir = dir_ + "/" + name;
   remove_tree(tmp);
-  SATURATE_CHECK(::mkdir(tmp.c_str(), 0755) == 0, "checkpoint: cannot create ", tmp, ": ",
+  SATURATE_CHECK_RUN(::mkdir(tmp.c_str(), 0755) == 0, "checkpoint: cannot create ", tmp, ": ",
                  std::strerror(errno));
   try {
     const std::string state_bytes = serialize_state(state);
@@ -315,10 +315,10 @@ std::string CheckpointStore::save(const TrainState& state, const nlohmann::json&
     const bool replacing = ::access(final_dir.c_str(), F_OK) == 0;
     if (replacing) {
       remove_tree(old);
-      SATURATE_CHECK(::rename(final_dir.c_str(), old.c_str()) == 0, "checkpoint: cannot move ",
+      SATURATE_CHECK_RUN(::rename(final_dir.c_str(), old.c_str()) == 0, "checkpoint: cannot move ",
                      final_dir, " aside: ", std::strerror(errno));
     }
-    SATURATE_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "checkpoint: cannot rename ",
+    SATURATE_CHECK_RUN(::rename(tmp.c_str(), final_dir.c_str()) == 0, "checkpoint: cannot rename ",
                    tmp, " to ", final_dir, ": ", std::strerror(errno));
     sync_folder(dir_);
     if (replacing) remove_tree(old);

@@ -153,7 +153,7 @@ int run_profile(const std::vector<std::string>& args) {
   const int threads = recipe.threads;
   const DeviceProbe& probe = recipe.probe;
   DataParallelRun dp = join_data_parallel(rf, recipe, "profile");
-  TrainingInput input = open_recipe_input(recipe);
+  TrainingInput input = open_recipe_input(recipe, dp.device);
   Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
                                                                    rf.workers, rf.prefetch)));
   const DatasetSplits& data = input.splits;

@@ -145,7 +145,7 @@ int run_train(const std::vector<std::string>& args) {
   DataParallelRun dp = join_data_parallel(rf, recipe, "train");
   const DistEnv& dist = dp.env;
   const c10::Device device = dp.device;
-  TrainingInput input = open_recipe_input(recipe);
+  TrainingInput input = open_recipe_input(recipe, dp.device);
   Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
                                                                    rf.workers, rf.prefetch)));
   const DatasetSplits& splits = input.splits;

@@ -192,7 +192,7 @@ int run_tune(const std::vector<std::string>& args) {
   o.max_workers = std::max(1, recipe.probe.cpu.cores_usable);
   o.stop = &g_interrupted;
   // The pipeline `train` builds for these flags: streamed folders, crops, cache, validation.
-  const TrainingInput input = open_recipe_input(recipe);
+  const TrainingInput input = open_recipe_input(recipe, dp.device);
   const int64_t train_samples = input.source->size();
   // The guard's runs default to the recipe's run (--steps, else --epochs), bounded by the budget.
   const int64_t recipe_samples = recipe.train.steps > 0

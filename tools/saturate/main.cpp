@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   try {
     return saturate::cli::dispatch(argc, argv);
+  } catch (const saturate::RunFailure& e) {
+    return fail("RuntimeError", e.what(), ExitCode::kFailure);
   } catch (const saturate::Error& e) {
     return fail("UsageError", e.what(), ExitCode::kUsage);
   } catch (const CLI::ParseError& e) {

@@ -245,6 +245,7 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   r.threads = configure_threads(threads);
   r.probe = probe_devices();
   const DeviceChoice choice = select_device(spec, r.probe);
+  r.device_spec = spec;
   r.device = choice.device;
   r.device_reason = choice.reason;
   const PrecisionChoice precision = resolve_precision(requested, r.device, r.probe);
@@ -264,8 +265,8 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   return r;
 }
 
-TrainingInput open_recipe_input(const Recipe& r) {
-  const int cuda = r.device.is_cuda() ? (r.device.has_index() ? r.device.index() : 0) : -1;
+TrainingInput open_recipe_input(const Recipe& r, const c10::Device& device) {
+  const int cuda = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
   return open_training_input(r.input, cuda);
 }
 
@@ -297,9 +298,11 @@ DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
   SATURATE_CHECK(std::isfinite(f.dist_timeout_s) && f.dist_timeout_s > 0, command,
                  ": --dist-timeout must be a positive number of seconds, got ", f.dist_timeout_s);
   if (!run.is_distributed()) return run;
-  // One GPU per rank on its node.
-  if (run.device.is_cuda() && !run.device.has_index())
-    run.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(run.env.local_rank));
+  // One GPU per rank on its node (select_device gives cuda:0 for auto and "cuda": before,
+  // every rank of a multi-GPU node landed there).
+  const DeviceChoice mine = select_rank_device(recipe.device_spec, recipe.probe, run.env.local_rank,
+                                               run.env.local_world_size);
+  run.device = mine.device;
   run.group = init_process_group(
       run.env, backend, run.device,
       std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
@@ -307,7 +310,8 @@ DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
   SATURATE_LOG_INFO(command, ": data parallel, ", run.env.describe(), ", ",
                     to_string(run.group->backend()), "; global batch ",
                     recipe.train.batch_size * run.env.world_size, " (", run.env.world_size,
-                    " × ", recipe.train.batch_size, ")");
+                    " × ", recipe.train.batch_size, ")",
+                    run.device.is_cuda() ? "; " + mine.reason : std::string());
   return run;
 }
 

@@ -85,7 +85,8 @@ struct DataParallelRun {
 
 /// The recipe resolved on this machine.
 struct Recipe {
-  c10::Device device{c10::kCPU};
+  DeviceSpec device_spec;          ///< as given (--device)
+  c10::Device device{c10::kCPU};   ///< one process's; a data-parallel rank's is DataParallelRun's
   std::string device_reason;
   DeviceProbe probe;
   int threads = 0;
@@ -99,9 +100,10 @@ struct Recipe {
 /// and resolves the precision. An impossible --memory-limit (below 1 MiB) is a usage error.
 Recipe resolve_recipe(const RecipeFlags& flags, const char* command);
 
-/// The input pipeline of the recipe on its device (pinned buffers and side-stream copies for
-/// CUDA): what train, profile and every tune trial read through.
-TrainingInput open_recipe_input(const Recipe& recipe);
+/// The input pipeline of the recipe on `device` (the run's: a data-parallel rank's own GPU;
+/// pinned buffers and side-stream copies for CUDA): what train, profile and every tune trial
+/// read through.
+TrainingInput open_recipe_input(const Recipe& recipe, const c10::Device& device);
 
 /// Joins the data-parallel job the environment describes (torchrun, srun), or returns a run of
 /// one process. Bad variables, --backend or --dist-timeout are exit-2 errors.

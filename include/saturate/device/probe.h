@@ -95,4 +95,12 @@ struct DeviceChoice {
 /// count.
 DeviceChoice select_device(const DeviceSpec& spec, const DeviceProbe& probe);
 
+/// The device of data-parallel rank `local_rank` of the `local_world_size` ranks on its node.
+/// With `--device auto` or `cuda` (no index) and CUDA available: one GPU per local rank,
+/// cuda:LOCAL_RANK (torchrun's convention). An explicit cuda:N, or the CPU, is what every rank
+/// uses. Throws saturate::Error when a node has more ranks than visible GPUs (NCCL cannot put
+/// two ranks on one GPU), naming both counts. The GPU count comes from `probe.gpus`.
+DeviceChoice select_rank_device(const DeviceSpec& spec, const DeviceProbe& probe, int local_rank,
+                                int local_world_size);
+
 }  // namespace saturate

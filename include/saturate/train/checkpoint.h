@@ -85,8 +85,8 @@ class CheckpointStore {
 
   /// Writes `state` with `info` (any JSON: the resolved recipe, the data) as
   /// DIR/step-<state.step>, replacing one of the same step, then removes the oldest beyond
-  /// `keep`. Returns the folder. Throws saturate::Error naming the path on an I/O failure (the
-  /// earlier checkpoints are untouched then).
+  /// `keep`. Returns the folder. Throws saturate::RunFailure naming the path on an I/O failure
+  /// (disk full, the folder gone; the earlier checkpoints are untouched then).
   std::string save(const TrainState& state, const nlohmann::json& info);
 
   /// The step-N folders, oldest first.

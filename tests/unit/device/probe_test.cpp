@@ -97,6 +97,40 @@ TEST(SelectDevice, IndexOutOfRangeNamesTheCount) {
             std::string::npos);
 }
 
+// Issue 34 (defect 1): select_device gives cuda:0 for auto, and the per-rank mapping only
+// applied to a device without an index, so every rank of a 4-GPU node trained on cuda:0.
+TEST(SelectRankDevice, Issue34_EachLocalRankGetsItsOwnGpu) {
+  DeviceProbe four = two_gpu_probe();
+  for (int i = 2; i < 4; ++i) {
+    four.gpus.push_back(four.gpus[0]);
+    four.gpus.back().index = i;
+  }
+  for (const char* spec : {"auto", "cuda"}) {
+    for (int rank = 0; rank < 4; ++rank) {
+      const DeviceChoice c = select_rank_device(DeviceSpec::parse(spec), four, rank, 4);
+      EXPECT_EQ(c.device, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(rank)))
+          << spec << " rank " << rank << ": " << c.reason;
+      EXPECT_NE(c.reason.find("local rank " + std::to_string(rank)), std::string::npos) << c.reason;
+    }
+  }
+  // An explicit GPU is every rank's (the user asked for it); the CPU stays the CPU.
+  EXPECT_EQ(select_rank_device(DeviceSpec::parse("cuda:1"), four, 3, 4).device,
+            c10::Device(c10::DeviceType::CUDA, 1));
+  EXPECT_TRUE(select_rank_device(DeviceSpec::parse("auto"), cpu_only_probe(), 3, 4).device.is_cpu());
+  // One process: the first GPU, as before.
+  EXPECT_EQ(select_rank_device(DeviceSpec::parse("auto"), four, 0, 1).device,
+            c10::Device(c10::DeviceType::CUDA, 0));
+  // More ranks than GPUs: one line naming both counts.
+  try {
+    select_rank_device(DeviceSpec::parse("auto"), two_gpu_probe(), 2, 4);
+    FAIL() << "4 ranks on 2 GPUs accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 data-parallel ranks on this node but 2 CUDA devices"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ProbeDevices, ReportsThisMachine) {
   const DeviceProbe p = probe_devices();
   EXPECT_EQ(p.torch_version.rfind("2.", 0), 0u) << p.torch_version;

@@ -440,4 +440,20 @@ TEST(Checkpoint, Issue16_ResumeRefusesAnotherRunAndWarnsOfChangedSettings) {
   EXPECT_EQ(c.warnings[0], "steps was 50 in the checkpoint's run, 100 now");
 }
 
+// Issue 34 (defect 8): a write that fails mid-run is the run's failure (exit 1), not bad input
+// (exit 2). Here the folder is removed under the writer.
+TEST(Checkpoint, Issue34_AFailedWriteIsARunFailureNotAUsageError) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  CheckpointStore store(ckpt);
+  store.open_for_writing();
+  ASSERT_EQ(::rmdir(ckpt.c_str()), 0);
+  try {
+    store.save(small_state(1), {});
+    FAIL() << "saved into a removed folder";
+  } catch (const RunFailure& e) {
+    EXPECT_NE(std::string(e.what()).find(ckpt), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace saturate
