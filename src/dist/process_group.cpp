@@ -186,6 +186,21 @@ std::vector<std::string> DistGroup::allgather_bytes(const std::string& bytes) {
   return result;
 }
 
+void DistGroup::wait_for_rank0(const std::string& what, std::chrono::milliseconds timeout) {
+  const std::string key = "rank0-done/" + what;
+  if (impl_->env.rank == 0) {
+    impl_->store->set(key, std::vector<uint8_t>{1});
+    return;
+  }
+  try {
+    impl_->store->wait({key}, timeout);
+  } catch (const std::exception& e) {
+    SATURATE_CHECK(false, "dist: rank ", impl_->env.rank, " of ", impl_->env.world_size,
+                   ": waited ", timeout.count() / 1000, " s for rank 0 (", what, "): ",
+                   first_line(e.what()));
+  }
+}
+
 void DistGroup::barrier() {
   c10d::BarrierOptions o;
   if (impl_->device.is_cuda()) o.device_ids = {impl_->device.has_index() ? impl_->device.index() : 0};

@@ -1440,6 +1440,25 @@ def case_issue34_no_eval_means_no_eval(tmp):
         fail(f"--no-eval run evaluated: {evals[0]}")
 
 
+def case_issue34_profile_scaling_run_outlasts_dist_timeout(tmp):
+    # Defect 6: for the scaling efficiency rank 0 re-runs the steps alone while the other ranks
+    # wait; they waited in a barrier bounded by --dist-timeout, so a profile longer than that
+    # failed. Here the steps take ~5 s and --dist-timeout is 3 s (each collective of the run
+    # itself takes milliseconds).
+    summary = os.path.join(tmp, "p.json")
+    code, out, err = run("profile", "--ranks", "2", "--data", "synthetic:1,28,28,10,2048,1000",
+                         "--model", "mlp", "--batch-size", "32", "--steps", "150", "--threads", "1",
+                         "--dist-timeout", "3", "--summary-json", summary, timeout=240)
+    if code != 0:
+        fail(f"profile --ranks 2 with a scaling run longer than --dist-timeout: exit {code}\n"
+             f"{err[-3000:]}")
+    with open(summary) as f:
+        p = json.load(f)
+    eff = p.get("scaling", {}).get("efficiency")
+    if not isinstance(eff, (int, float)) or eff <= 0:
+        fail(f"no scaling efficiency: {p.get('scaling')}")
+
+
 def case_issue34_ctrl_c_in_the_ranks_stage(tmp):
     # Defect 2: Ctrl-C while the ranks stage ran its candidates ended tune with exit 2 and no
     # plan (the launcher's 130 became a usage error). Ctrl-C at a terminal reaches the whole

@@ -224,6 +224,11 @@ int run_profile(const std::vector<std::string>& args) {
       else
         alone_why = "out of memory beside the data-parallel run's state";
     }
+    // The other ranks idle meanwhile, for about as long as the run they just made together:
+    // not inside a collective bounded by --dist-timeout (a long profile failed there).
+    const auto expected = std::chrono::seconds(120 + static_cast<int64_t>(10 * summary.train_wall_s));
+    dp.group->wait_for_rank0("profile scaling run",
+                             std::max(dp.group->timeout(), std::chrono::duration_cast<std::chrono::milliseconds>(expected)));
     dp.group->barrier();
   }
   if (dp.env.rank != 0) return static_cast<int>(ExitCode::kOk);  // rank 0 reports the job

@@ -53,6 +53,11 @@ class DistGroup {
   /// Every rank's `bytes` (any length), in rank order.
   std::vector<std::string> allgather_bytes(const std::string& bytes);
   void barrier();
+  /// For a rank 0 that works alone for a while (a one-process measurement) while the others
+  /// idle: rank 0 calls it when done; every other rank waits for that up to `timeout`, which may
+  /// be far longer than the group's (a barrier there would fail at --dist-timeout). Throws
+  /// saturate::Error naming `what` when rank 0 does not finish in time.
+  void wait_for_rank0(const std::string& what, std::chrono::milliseconds timeout);
 
   /// The ranks of this group that ran on this machine (same boot, same PID namespace) and have
   /// exited since the group formed: "rank 1 (pid 4242)", "ranks 1 (pid 4242), 3 (pid 4250)";
