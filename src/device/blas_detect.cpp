@@ -215,13 +215,13 @@ BlasInfo detect_blas() {
   return info;
 }
 
-double measure_gemm_gflops(int n, int repeats) {
+double measure_gemm_gflops(int n, int repeats, c10::ScalarType dtype) {
   SATURATE_CHECK(n >= 1 && repeats >= 1, "device: GEMM benchmark needs n >= 1 and repeats >= 1, ",
                  "got n=", n, ", repeats=", repeats);
   torch::NoGradGuard no_grad;
-  const auto a = torch::rand({n, n}, torch::kFloat32);
-  const auto b = torch::rand({n, n}, torch::kFloat32);
-  auto c = torch::empty({n, n}, torch::kFloat32);
+  const auto a = torch::rand({n, n}).to(dtype);
+  const auto b = torch::rand({n, n}).to(dtype);
+  auto c = torch::empty({n, n}, torch::TensorOptions().dtype(dtype));
   torch::mm_out(c, a, b);  // warm-up: thread pool start, BLAS dispatch, page faults
   std::vector<double> seconds;
   for (int r = 0; r < repeats; ++r) {

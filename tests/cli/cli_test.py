@@ -1459,6 +1459,25 @@ def case_issue34_profile_scaling_run_outlasts_dist_timeout(tmp):
         fail(f"no scaling efficiency: {p.get('scaling')}")
 
 
+def case_issue34_mfu_against_the_runs_precision(tmp):
+    # A bf16 profile measured its MFU against the fp32 GEMM peak ("86% of the measured GEMM
+    # peak" for a bf16 channels-last fmnist-cnn): the peak must be the bf16 GEMM's.
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+    for precision in ("fp32", "bf16"):
+        code, out, err = run("profile", "--data", "idx:" + data, "--model", "mlp", "--steps", "8",
+                             "--batch-size", "32", "--warmup-steps", "2", "--precision",
+                             precision, "--json")
+        if code != 0:
+            fail(f"profile --precision {precision}: exit {code}\n{err}")
+        j = json.loads(out)
+        if j.get("mfu_peak_precision") != precision or not j.get("mfu_peak_gflops", 0) > 0:
+            fail(f"{precision} run: MFU peak {j.get('mfu_peak_precision')} "
+                 f"{j.get('mfu_peak_gflops')} GFLOP/s")
+        want = 100 * j["achieved_flops_per_s"] / (j["mfu_peak_gflops"] * 1e9)
+        if abs(j["mfu_pct"] - want) > 1e-6 * max(1, want):
+            fail(f"{precision}: mfu_pct {j['mfu_pct']} is not achieved / peak ({want})")
+
+
 def case_issue34_ctrl_c_in_the_ranks_stage(tmp):
     # Defect 2: Ctrl-C while the ranks stage ran its candidates ended tune with exit 2 and no
     # plan (the launcher's 130 became a usage error). Ctrl-C at a terminal reaches the whole

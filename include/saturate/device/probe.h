@@ -9,6 +9,7 @@
 //   model->to(choice.device);   // choice.reason: "cuda:0 (NVIDIA H200)" or why it is the CPU
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <string>
@@ -79,10 +80,12 @@ BlasInfo detect_blas();
 /// reference BLAS; one in ".../openblas-*/" is OpenBLAS.
 BlasInfo classify_blas(const std::string& show_config,
                        const std::vector<std::string>& mapped_libraries);
-/// Times an n x n float32 matmul on the CPU `repeats` times (after one warm-up) and returns the
-/// median rate in GFLOP/s (2 n^3 flops per matmul). Uses the current intra-op thread count.
-/// Throws saturate::Error when n < 1 or repeats < 1.
-double measure_gemm_gflops(int n = 512, int repeats = 5);
+/// Times an n x n matmul of `dtype` (float32, bfloat16 or half) on the CPU `repeats` times
+/// (after one warm-up) and returns the median rate in GFLOP/s (2 n^3 flops per matmul). Uses the
+/// current intra-op thread count. A bf16 run's peak is the bf16 GEMM's: native (avx512_bf16,
+/// AMX) or emulated, whatever this CPU does. Throws saturate::Error when n < 1 or repeats < 1.
+double measure_gemm_gflops(int n = 512, int repeats = 5,
+                           c10::ScalarType dtype = c10::ScalarType::Float);
 
 struct DeviceChoice {
   c10::Device device;
