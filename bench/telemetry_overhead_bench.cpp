@@ -29,7 +29,7 @@
 #include "saturate/models/model.h"
 #include "saturate/telemetry/console_progress.h"
 #include "saturate/telemetry/file_sinks.h"
-#include "saturate/telemetry/sampler.h"
+#include "saturate/telemetry/device_sampler.h"
 #include "saturate/telemetry/tensorboard_writer.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/train/trainer.h"

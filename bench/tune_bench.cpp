@@ -26,7 +26,7 @@
 
 namespace {
 
-using saturate::TrialConfig;
+using saturate::RunConfig;
 saturate::BatchSearchOptions g_search;  // saturate's options (flags below)
 
 struct Pick {
@@ -34,12 +34,12 @@ struct Pick {
   int64_t steps = 0;
 };
 
-using Strategy = std::function<Pick(saturate::TrialRunner&, const TrialConfig&)>;
+using Strategy = std::function<Pick(saturate::TrialRunner&, const RunConfig&)>;
 
 std::vector<std::pair<std::string, Strategy>> strategies() {
   return {
       {"saturate",
-       [](saturate::TrialRunner& r, const TrialConfig& c) {
+       [](saturate::TrialRunner& r, const RunConfig& c) {
          const auto s = saturate::search_batch_size(r, c, g_search);
          if (std::getenv("SATURATE_BENCH_PURPOSES")) {
            static std::map<std::string, int64_t> by_purpose;
@@ -51,17 +51,17 @@ std::vector<std::pair<std::string, Strategy>> strategies() {
          return Pick{s.chosen, s.steps};
        }},
       {"lightning-power",
-       [](saturate::TrialRunner& r, const TrialConfig& c) {
+       [](saturate::TrialRunner& r, const RunConfig& c) {
          const auto s = saturate::lightning_power(r, c);
          return Pick{s.chosen, s.steps};
        }},
       {"lightning-binsearch",
-       [](saturate::TrialRunner& r, const TrialConfig& c) {
+       [](saturate::TrialRunner& r, const RunConfig& c) {
          const auto s = saturate::lightning_binsearch(r, c);
          return Pick{s.chosen, s.steps};
        }},
       {"accelerate-shrink",
-       [](saturate::TrialRunner& r, const TrialConfig& c) {
+       [](saturate::TrialRunner& r, const RunConfig& c) {
          const auto s = saturate::accelerate_shrink(r, c);
          return Pick{s.chosen, s.steps};
        }},
@@ -83,7 +83,7 @@ struct Score {
 void simulated(int profiles, double noise) {
   const double reserve = saturate::BatchSearchOptions{}.reserve;
   std::map<std::string, Score> scores;
-  TrialConfig base;
+  RunConfig base;
   base.train.batch_size = 32;
   for (int seed = 0; seed < profiles; ++seed) {
     const auto p = saturate::SimulatedProfile::random(seed, noise);
@@ -91,7 +91,7 @@ void simulated(int profiles, double noise) {
     const auto target = static_cast<int64_t>(static_cast<double>(p.limit_bytes) * (1 - reserve));
     double grid = 0;
     for (int64_t b = 1; b <= 65536; ++b) {
-      TrialConfig c = base;
+      RunConfig c = base;
       c.train.batch_size = b;
       if (p.worst_peak_bytes(c) > target) break;
       grid = std::max(grid, p.true_samples_per_s(c));
@@ -103,7 +103,7 @@ void simulated(int profiles, double noise) {
     }
     for (const auto& [name, pick] : picks) {
       Score& s = scores[name];
-      TrialConfig c = base;
+      RunConfig c = base;
       c.train.batch_size = std::max<int64_t>(1, pick.chosen);
       const bool oom = pick.chosen > 0 && p.worst_peak_bytes(c) > p.limit_bytes;
       const double r = pick.chosen == 0 || oom ? 0.0 : p.true_samples_per_s(c) / grid;
@@ -142,7 +142,7 @@ void simulated(int profiles, double noise) {
 
 // Throughput of `batch` measured the same way for every strategy: `steps` steps, the first
 // untimed. 0 when it does not fit.
-double measure(saturate::TrialRunner& runner, const TrialConfig& base, int64_t batch,
+double measure(saturate::TrialRunner& runner, const RunConfig& base, int64_t batch,
                int64_t steps) {
   saturate::TrialRequest req;
   req.config = base;
@@ -159,7 +159,7 @@ void real(const std::string& model, const std::string& limit_text, int64_t grid_
   const int64_t limit = saturate::parse_bytes(limit_text, "--real");
   auto memory = saturate::make_device_memory(c10::Device("cpu"), limit);
   saturate::TorchTrialRunner runner(model, data, c10::Device("cpu"), *memory, 4096);
-  TrialConfig base;
+  RunConfig base;
   base.train.batch_size = 64;
   const double reserve = saturate::BatchSearchOptions{}.reserve;
   const auto target = static_cast<int64_t>(static_cast<double>(limit) * (1 - reserve));
@@ -215,7 +215,7 @@ void real(const std::string& model, const std::string& limit_text, int64_t grid_
   std::printf("  saturate used %.1f%% of lightning-binsearch's probe steps\n",
               100.0 * static_cast<double>(ours_steps) / static_cast<double>(binsearch_steps));
   if (epoch_check && ours_batch > 0) {
-    saturate::TrialConfig c = base;
+    saturate::RunConfig c = base;
     c.train.batch_size = ours_batch;
     const int64_t epoch_steps = (data.source->size() + ours_batch - 1) / ours_batch;
     saturate::TrialRequest req;

@@ -14,7 +14,7 @@ namespace {
 // "did it run out of memory", and neither Lightning nor Accelerate measures throughput.
 class TrialLog {
  public:
-  TrialLog(TrialRunner& runner, const TrialConfig& base, int64_t steps, std::string strategy)
+  TrialLog(TrialRunner& runner, const RunConfig& base, int64_t steps, std::string strategy)
       : runner_(runner), base_(base), steps_(steps) {
     result_.strategy = std::move(strategy);
   }
@@ -40,7 +40,7 @@ class TrialLog {
 
  private:
   TrialRunner& runner_;
-  const TrialConfig& base_;
+  const RunConfig& base_;
   int64_t steps_;
   BaselineResult result_;
 };
@@ -59,7 +59,7 @@ void check_options(const LightningOptions& o, const TrialRunner& runner) {
 
 }  // namespace
 
-BaselineResult lightning_power(TrialRunner& runner, const TrialConfig& base,
+BaselineResult lightning_power(TrialRunner& runner, const RunConfig& base,
                                const LightningOptions& options) {
   check_options(options, runner);
   TrialLog log(runner, base, options.steps_per_trial, "lightning-power");
@@ -101,7 +101,7 @@ BaselineResult lightning_power(TrialRunner& runner, const TrialConfig& base,
   return log.finish(batch);
 }
 
-BaselineResult lightning_binsearch(TrialRunner& runner, const TrialConfig& base,
+BaselineResult lightning_binsearch(TrialRunner& runner, const RunConfig& base,
                                    const LightningOptions& options) {
   check_options(options, runner);
   TrialLog log(runner, base, options.steps_per_trial, "lightning-binsearch");
@@ -143,7 +143,7 @@ BaselineResult lightning_binsearch(TrialRunner& runner, const TrialConfig& base,
   return log.finish(std::max<int64_t>(1, kept));
 }
 
-BaselineResult accelerate_shrink(TrialRunner& runner, const TrialConfig& base,
+BaselineResult accelerate_shrink(TrialRunner& runner, const RunConfig& base,
                                  const AccelerateOptions& options) {
   SATURATE_CHECK(options.starting_batch_size >= 1,
                  "tune: accelerate starting_batch_size must be >= 1, got ",

@@ -50,7 +50,7 @@ struct Throughput {
 
 class Search {
  public:
-  Search(TrialRunner& runner, const TrialConfig& base, const BatchSearchOptions& o)
+  Search(TrialRunner& runner, const RunConfig& base, const BatchSearchOptions& o)
       : runner_(runner), base_(base), o_(o) {
     base_.train.accumulate = 1;
     limit_ = runner.memory_limit_bytes();
@@ -345,7 +345,7 @@ class Search {
   }
 
   TrialRunner& runner_;
-  TrialConfig base_;
+  RunConfig base_;
   BatchSearchOptions o_;
   int64_t limit_ = 0, target_ = 0, cap_ = 0;
   int64_t lo_ = 0;                                     // largest batch verified safe
@@ -359,7 +359,7 @@ class Search {
 
 }  // namespace
 
-BatchSearchResult search_batch_size(TrialRunner& runner, const TrialConfig& base,
+BatchSearchResult search_batch_size(TrialRunner& runner, const RunConfig& base,
                                     const BatchSearchOptions& options) {
   return Search(runner, base, options).run();
 }

@@ -189,7 +189,7 @@ class FieldReader {
 
 // ---- config -------------------------------------------------------------------------------------
 
-json config_to_json(const TrialConfig& c) {
+json config_to_json(const RunConfig& c) {
   const TrainOptions& t = c.train;
   SATURATE_ASSERT(t.precision != Precision::kAuto, "a plan's precision is resolved");
   return {{"batch_size", t.batch_size},
@@ -214,9 +214,9 @@ json config_to_json(const TrialConfig& c) {
 }
 
 // Fields the reader leaves out keep TrainOptions' defaults.
-TrialConfig config_from_json(const FieldReader& r) {
+RunConfig config_from_json(const FieldReader& r) {
   r.check_keys(kConfigKeys);
-  TrialConfig c;
+  RunConfig c;
   TrainOptions& t = c.train;
   t.batch_size = r.integer("batch_size", t.batch_size, 1, "a positive integer");
   t.precision = parse_precision(r.name("precision", to_string(t.precision), kPrecisionNames));

@@ -53,7 +53,7 @@ std::string SimulatedProfile::describe() const {
   return s.str();
 }
 
-int64_t SimulatedProfile::worst_peak_bytes(const TrialConfig& c) const {
+int64_t SimulatedProfile::worst_peak_bytes(const RunConfig& c) const {
   const double m = static_cast<double>(c.micro_batch());
   double per_sample = static_cast<double>(per_sample_bytes);
   if (is_reduced(c.train.precision)) per_sample *= bf16_memory;
@@ -62,7 +62,7 @@ int64_t SimulatedProfile::worst_peak_bytes(const TrialConfig& c) const {
   return fixed_bytes + static_cast<int64_t>(std::ceil(variable * (1.0 + memory_noise)));
 }
 
-double SimulatedProfile::true_samples_per_s(const TrialConfig& c) const {
+double SimulatedProfile::true_samples_per_s(const RunConfig& c) const {
   if (worst_peak_bytes(c) > limit_bytes) return 0.0;
   double sps = sps_without_data(*this, c);
   // The input pipeline: on the training thread its time adds to the step; with workers it
@@ -76,7 +76,7 @@ double SimulatedProfile::true_samples_per_s(const TrialConfig& c) const {
   return sps;
 }
 
-double sps_without_data(const SimulatedProfile& p, const TrialConfig& c) {
+double sps_without_data(const SimulatedProfile& p, const RunConfig& c) {
   const double m = static_cast<double>(c.micro_batch());
   double sps = p.peak_samples_per_s * m / (m + p.half_batch);
   if (p.cliff_batch > 0 && m > static_cast<double>(p.cliff_batch)) {
@@ -94,7 +94,7 @@ SimulatedDevice::SimulatedDevice(SimulatedProfile profile, uint64_t seed)
 
 TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
   SATURATE_CHECK(request.steps > 0, "tune: a trial needs at least one step");
-  const TrialConfig& c = request.config;
+  const RunConfig& c = request.config;
   TrialOutcome out;
   std::uniform_real_distribution<double> mem_jitter(-1.0, 1.0);
   std::normal_distribution<double> step_jitter(0.0, profile_.step_noise);
@@ -142,11 +142,11 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
   return out;
 }
 
-EvalTrial SimulatedDevice::evaluate(const TrialConfig& config, int64_t eval_batch,
+EvalTrial SimulatedDevice::evaluate(const RunConfig& config, int64_t eval_batch,
                                     int64_t batches) {
   EvalTrial t;
   t.measured = true;
-  TrialConfig c = config;
+  RunConfig c = config;
   c.train.batch_size = eval_batch;
   c.train.accumulate = 1;
   c.train.recompute_segments = 0;
@@ -161,7 +161,7 @@ EvalTrial SimulatedDevice::evaluate(const TrialConfig& config, int64_t eval_batc
   return t;
 }
 
-QualityRun SimulatedDevice::train_and_validate(const TrialConfig& c, int64_t samples) {
+QualityRun SimulatedDevice::train_and_validate(const RunConfig& c, int64_t samples) {
   QualityRun q;
   if (profile_.worst_peak_bytes(c) > profile_.limit_bytes) {
     q.fits = false;

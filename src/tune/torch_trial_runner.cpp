@@ -15,12 +15,12 @@
 #include "saturate/core/strings.h"
 #include "saturate/data/loader.h"
 #include "saturate/device/device_memory.h"
-#include "saturate/dist/data_parallel.h"
-#include "saturate/dist/process_group.h"
+#include "saturate/distributed/data_parallel.h"
+#include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
-#include "saturate/train/probe.h"
+#include "saturate/train/oom_probe.h"
 #include "saturate/train/trainer.h"
 
 namespace saturate {
@@ -134,7 +134,7 @@ void TorchTrialRunner::set_data_parallel(DistGroup* group) {
   max_batch_ = std::max<int64_t>(1, std::min(max_batch_, (input_.source->size() + world - 1) / world));
 }
 
-ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions& o,
+ProbeResult TorchTrialRunner::fit_fresh(const RunConfig& c, const TrainOptions& o,
                                         MemorySink& sink, TrainSummary* summary,
                                         const std::function<void(Trainer&)>& after_fit) {
   std::unique_ptr<Model> model;
@@ -187,7 +187,7 @@ ProbeResult TorchTrialRunner::fit_fresh(const TrialConfig& c, const TrainOptions
 
 TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   SATURATE_CHECK(request.steps > 0, "tune: a trial needs at least one step");
-  const TrialConfig& c = request.config;
+  const RunConfig& c = request.config;
   ThreadScope threads(c.threads);
   TrainOptions o = c.train;
   // Workers fill the prefetch queue while the first step runs: timed straight after, a short
@@ -235,7 +235,7 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   return out;
 }
 
-EvalTrial TorchTrialRunner::evaluate(const TrialConfig& c, int64_t eval_batch, int64_t batches) {
+EvalTrial TorchTrialRunner::evaluate(const RunConfig& c, int64_t eval_batch, int64_t batches) {
   SATURATE_CHECK(eval_batch > 0 && batches > 0, "tune: an evaluation needs batches");
   EvalTrial out;
   const TensorDataset& split = eval_.validation;
@@ -283,7 +283,7 @@ EvalTrial TorchTrialRunner::evaluate(const TrialConfig& c, int64_t eval_batch, i
   return out;
 }
 
-QualityRun TorchTrialRunner::train_and_validate(const TrialConfig& c, int64_t samples) {
+QualityRun TorchTrialRunner::train_and_validate(const RunConfig& c, int64_t samples) {
   SATURATE_CHECK(samples > 0, "tune: a quality run needs samples");
   ThreadScope threads(c.threads);
   TrainOptions o = c.train;

@@ -5,7 +5,7 @@
 
 namespace saturate {
 
-std::string TrialConfig::describe() const {
+std::string RunConfig::describe() const {
   std::ostringstream s;
   s << "batch " << train.batch_size;
   if (world_size > 1) s << " per rank × " << world_size << " ranks";

@@ -53,7 +53,7 @@ struct Interrupted {};
 
 class Tuner {
  public:
-  Tuner(TrialRunner& runner, const TrialConfig& base, const TuneOptions& o,
+  Tuner(TrialRunner& runner, const RunConfig& base, const TuneOptions& o,
         const std::function<void(const PlanStage&)>& on_stage)
       : runner_(runner), base_(base), o_(o), on_stage_(on_stage), start_(Clock::now()) {
     SATURATE_CHECK(o.measure_steps >= 2, "tune: measurements need at least 2 steps");
@@ -123,7 +123,7 @@ class Tuner {
   }
   // The configuration of every stage passes through here: the last one that measured safe is
   // kept for the final memory check.
-  void adopt(const TrialConfig& c, const TrialOutcome& t) {
+  void adopt(const RunConfig& c, const TrialOutcome& t) {
     current_ = c;
     current_out_ = t;
     if (safe(t)) {
@@ -143,7 +143,7 @@ class Tuner {
 
   static double sps(const TrialOutcome& t) { return t.fits ? t.measurement.samples_per_s : 0.0; }
 
-  void record(const std::string& stage, const std::string& purpose, const TrialConfig& c,
+  void record(const std::string& stage, const std::string& purpose, const RunConfig& c,
               const TrialOutcome& t) {
     PlanTrial p;
     p.stage = stage;
@@ -158,7 +158,7 @@ class Tuner {
   }
 
   // Measures `c` once per stage run; later stages reuse the measurement of the same settings.
-  const TrialOutcome& measured(const TrialConfig& c, const std::string& stage) {
+  const TrialOutcome& measured(const RunConfig& c, const std::string& stage) {
     const std::string key = c.describe();
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
@@ -257,19 +257,19 @@ class Tuner {
   template <typename T>
   void compare_setting(const std::string& stage, T TrainOptions::*setting,
                        const std::vector<T>& candidates, bool may_not_run) {
-    TrialConfig at = current_;
+    RunConfig at = current_;
     TrialOutcome at_out = current_out_;
     while (!at_out.fits && at.train.batch_size > 1) {
       at.train.batch_size /= 2;
       at_out = measured(at, stage);
     }
     if (!at_out.fits) return;  // the batch stage reports what fits
-    TrialConfig best = at;
+    RunConfig best = at;
     TrialOutcome best_out = at_out;
     std::ostringstream tried;
     for (const T& value : candidates) {
       if (value == at.train.*setting) continue;
-      TrialConfig c = at;
+      RunConfig c = at;
       c.train.*setting = value;
       tried << (tried.tellp() > 0 ? ", " : "") << to_string(value) << " ";
       const TrialOutcome* out = nullptr;
@@ -296,7 +296,7 @@ class Tuner {
                    : ": kept " + to_string(kept) + " (nothing faster by at least " +
                          pct(o_.min_gain) + " beyond noise)";
     finish_stage(stage, sps(at_out), sps(best_out), changed, why);
-    TrialConfig next = current_;
+    RunConfig next = current_;
     next.train.*setting = chosen;
     if (base_fits_) adopt(next, measured(next, stage));
     else current_ = next;
@@ -313,7 +313,7 @@ class Tuner {
     search_ = r;
     const int64_t user = base_.train.batch_size;
     const int64_t found = r.chosen;
-    TrialConfig next = current_;
+    RunConfig next = current_;
     next.train.accumulate = 1;
     std::string why = r.why + " (largest safe " + std::to_string(r.largest_safe) + ", " +
                       std::to_string(r.steps) + " probe steps, " + std::to_string(r.ooms) +
@@ -381,7 +381,7 @@ class Tuner {
   }
 
   // The search's own measurement of its chosen batch stands for the configuration.
-  const TrialOutcome& remember(const TrialConfig& c, const BatchSearchResult& r) {
+  const TrialOutcome& remember(const RunConfig& c, const BatchSearchResult& r) {
     TrialOutcome t;
     t.fits = true;
     for (const SearchTrial& s : r.trials)
@@ -402,11 +402,11 @@ class Tuner {
       return;
     }
     const double before = sps(current_out_);
-    TrialConfig best = current_;
+    RunConfig best = current_;
     TrialOutcome best_out = current_out_;
     std::ostringstream tried;
     for (int s = 2; s <= o_.max_recompute_segments; s *= 2) {
-      TrialConfig c = current_;
+      RunConfig c = current_;
       c.train.recompute_segments = s;
       c.train.accumulate = 1;
       try {
@@ -446,11 +446,11 @@ class Tuner {
                        pct(o_.data_wait_target) + "): the input pipeline keeps up");
       return;
     }
-    TrialConfig best = current_;
+    RunConfig best = current_;
     TrialOutcome best_out = current_out_;
     std::ostringstream tried;
     for (int w = std::max(1, current_.workers * 2); w <= o_.max_workers; w *= 2) {
-      TrialConfig c = best;
+      RunConfig c = best;
       c.workers = w;
       c.prefetch = std::max(2, w);
       const TrialOutcome& out = measured(c, "input_pipeline");
@@ -473,7 +473,7 @@ class Tuner {
          best.workers > 0 && wait_share(best_out) > o_.data_wait_target &&
          depth <= o_.max_prefetch;
          depth *= 2) {
-      TrialConfig c = best;
+      RunConfig c = best;
       c.prefetch = depth;
       const TrialOutcome& out = measured(c, "input_pipeline");
       tried << ", prefetch " << depth << " " << format_fixed(sps(out), 1)
@@ -495,12 +495,12 @@ class Tuner {
 
   void threads() {
     const double before = sps(current_out_);
-    TrialConfig best = current_;
+    RunConfig best = current_;
     TrialOutcome best_out = current_out_;
     std::ostringstream tried;
     for (int n : o_.threads) {
       if (n == current_.threads) continue;
-      TrialConfig c = current_;
+      RunConfig c = current_;
       c.threads = n;
       const TrialOutcome& out = measured(c, "threads");
       tried << (tried.tellp() > 0 ? ", " : "") << n << " threads "
@@ -619,7 +619,7 @@ class Tuner {
                        " s) does not fit in the budget left; the stages' numbers stand");
       return;
     }
-    auto fresh = [&](const TrialConfig& c) {
+    auto fresh = [&](const RunConfig& c) {
       check_stop();
       TrialRequest req;
       req.config = c;
@@ -697,8 +697,8 @@ class Tuner {
 
   // The configuration the user would have trained: the base, or when it does not fit, the base
   // split into micro-batches that do.
-  TrialConfig reference() const {
-    TrialConfig ref = base_;
+  RunConfig reference() const {
+    RunConfig ref = base_;
     if (!base_fits_ && search_.largest_safe > 0) {
       const int64_t micro = std::max<int64_t>(1, search_.largest_safe / 2);
       ref.train.accumulate = (ref.train.batch_size + micro - 1) / micro;
@@ -710,8 +710,8 @@ class Tuner {
   // threads (the Loader's batches do not depend on its workers), the memory format and, where
   // the batch does not fit at once, accumulation. Guard runs use it as their baseline; an unaffordable or failed
   // guard falls back to it.
-  TrialConfig safe_reference() const {
-    TrialConfig ref = reference();
+  RunConfig safe_reference() const {
+    RunConfig ref = reference();
     ref.workers = current_.workers;
     ref.prefetch = current_.prefetch;
     ref.threads = current_.threads;
@@ -723,12 +723,12 @@ class Tuner {
   }
 
   // Samples/s of a configuration as measured so far (0 when it has not been).
-  double known_sps(const TrialConfig& c) const {
+  double known_sps(const RunConfig& c) const {
     auto it = cache_.find(c.describe());
     return it == cache_.end() ? 0.0 : sps(it->second);
   }
 
-  void fall_back(const TrialConfig& ref, const std::string& why_policy) {
+  void fall_back(const RunConfig& ref, const std::string& why_policy) {
     const TrialOutcome& out = measured(ref, "quality_guard");
     plan_.effective_batch = ref.train.accumulate > 1 ? "kept" : "unchanged";
     plan_.effective_batch_why = why_policy;
@@ -753,12 +753,12 @@ class Tuner {
       finish_stage("quality_guard", after, after, false, q.why);
       return;
     }
-    const TrialConfig ref = safe_reference();
+    const RunConfig ref = safe_reference();
     // Candidates from the tuned configuration back towards the user's: first undo the
     // effective-batch change, then the precision.
-    std::vector<TrialConfig> candidates = {current_};
+    std::vector<RunConfig> candidates = {current_};
     if (plan_.effective_batch == "lr_rescaled") {
-      TrialConfig c = current_;
+      RunConfig c = current_;
       c.train.batch_size = ref.train.batch_size;
       c.train.lr = ref.train.lr;
       c.train.accumulate = ref.train.accumulate;
@@ -766,7 +766,7 @@ class Tuner {
       candidates.push_back(c);
     }
     if (current_.train.precision != ref.train.precision) {
-      TrialConfig c = candidates.back();
+      RunConfig c = candidates.back();
       c.train.precision = ref.train.precision;
       candidates.push_back(c);
     }
@@ -775,13 +775,13 @@ class Tuner {
     const double slowest = std::max(1e-9, std::min(sps(current_out_), std::max(
         known_sps(ref), plan_.baseline.samples_per_s)));
     // A configuration not measured yet is assumed as slow as the slowest one that was.
-    auto seconds_per_sample_of = [&](const TrialConfig& c) {
+    auto seconds_per_sample_of = [&](const RunConfig& c) {
       const double v = known_sps(c);
       return 1.0 / (v > 0 ? v : slowest);
     };
     double seconds_per_sample = 2.0 * seconds_per_sample_of(ref);  // the baseline's two seeds
     int64_t largest_batch = ref.train.batch_size;
-    for (const TrialConfig& c : candidates) {
+    for (const RunConfig& c : candidates) {
       seconds_per_sample += seconds_per_sample_of(c);
       largest_batch = std::max(largest_batch, c.train.batch_size);
     }
@@ -815,7 +815,7 @@ class Tuner {
     check_stop();
     const QualityRun b = runner_.train_and_validate(ref, samples);
     check_stop();
-    TrialConfig ref2 = ref;
+    RunConfig ref2 = ref;
     ref2.train.seed = ref.train.seed + 1;
     const QualityRun b2 = runner_.train_and_validate(ref2, samples);
     if (!b.fits || !b2.fits) {
@@ -857,7 +857,7 @@ class Tuner {
         << pct(q.loss_noise) << ": rejects an accuracy drop above "
         << format_fixed(100 * metric_tol, 2) << " points or a loss rise above " << pct(loss_tol);
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const TrialConfig& c = candidates[i];
+      const RunConfig& c = candidates[i];
       check_stop();
       const QualityRun t = runner_.train_and_validate(c, samples);
       why << "; " << c.describe() << ", lr " << format_fixed(c.train.lr, 6) << ": ";
@@ -910,14 +910,14 @@ class Tuner {
   }
 
   TrialRunner& runner_;
-  TrialConfig base_;
+  RunConfig base_;
   TuneOptions o_;
   std::function<void(const PlanStage&)> on_stage_;
   Clock::time_point start_;
   Plan plan_;
-  TrialConfig current_;
+  RunConfig current_;
   TrialOutcome current_out_;
-  TrialConfig last_safe_;
+  RunConfig last_safe_;
   TrialOutcome last_safe_out_;
   bool has_safe_ = false;
   bool base_fits_ = false;
@@ -927,7 +927,7 @@ class Tuner {
 
 }  // namespace
 
-Plan tune(TrialRunner& runner, const TrialConfig& base, const TuneOptions& options,
+Plan tune(TrialRunner& runner, const RunConfig& base, const TuneOptions& options,
           const std::function<void(const PlanStage&)>& on_stage) {
   return Tuner(runner, base, options, on_stage).run();
 }

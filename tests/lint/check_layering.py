@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Enforces the one-way module order of DESIGN.md: a module includes only itself and modules to
-its left (core → device → telemetry → data → models → train → dist → tune → diagnose → report →
+its left (core → device → telemetry → data → models → train → distributed → tune → diagnose → report →
 tools), and public headers never include <torch/torch.h> nor the private compat header.
 
 Usage: check_layering.py SOURCE_DIR
@@ -9,7 +9,7 @@ import os
 import re
 import sys
 
-ORDER = ["core", "device", "telemetry", "data", "models", "train", "dist", "tune", "diagnose",
+ORDER = ["core", "device", "telemetry", "data", "models", "train", "distributed", "tune", "diagnose",
          "report"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]saturate/([a-z_]+)/', re.M)
 

@@ -13,7 +13,7 @@
 
 #include "command.h"
 #include "saturate/core/error.h"
-#include "saturate/dist/launcher.h"
+#include "saturate/distributed/launcher.h"
 
 namespace saturate::cli {
 

@@ -11,7 +11,7 @@
 #include "command.h"
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
-#include "saturate/telemetry/sampler.h"
+#include "saturate/telemetry/device_sampler.h"
 
 namespace saturate::cli {
 namespace {

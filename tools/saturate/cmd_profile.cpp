@@ -25,11 +25,11 @@
 #include "saturate/report/context.h"
 #include "saturate/telemetry/proc_stats.h"
 #include "saturate/telemetry/sample_summary.h"
-#include "saturate/telemetry/sampler.h"
+#include "saturate/telemetry/device_sampler.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/core/log.h"
-#include "saturate/train/probe.h"
+#include "saturate/train/oom_probe.h"
 #include "saturate/train/trainer.h"
 
 namespace saturate::cli {

@@ -23,7 +23,7 @@
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/telemetry/console_progress.h"
-#include "saturate/telemetry/sampler.h"
+#include "saturate/telemetry/device_sampler.h"
 #include "saturate/train/trainer.h"
 #include "saturate/tune/plan.h"
 

@@ -177,7 +177,7 @@ int run_tune(const std::vector<std::string>& args) {
   rf.train.evaluate = false;
   const Recipe recipe = resolve_recipe(rf, "tune");
   DataParallelRun dp = join_data_parallel(rf, recipe, "tune");
-  TrialConfig base;
+  RunConfig base;
   base.train = recipe.train;
   base.threads = recipe.threads;
   base.workers = rf.workers;

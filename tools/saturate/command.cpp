@@ -15,7 +15,7 @@
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
-#include "saturate/dist/process_group.h"
+#include "saturate/distributed/process_group.h"
 #include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/tensorboard_writer.h"
 

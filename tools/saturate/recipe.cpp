@@ -14,7 +14,7 @@
 #include "saturate/core/units.h"
 #include "saturate/device/device_spec.h"
 #include "saturate/device/threads.h"
-#include "saturate/dist/data_parallel.h"
+#include "saturate/distributed/data_parallel.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/tuner.h"
 

@@ -13,8 +13,8 @@
 #include "saturate/data/loader.h"
 #include "saturate/data/training_input.h"
 #include "saturate/device/probe.h"
-#include "saturate/dist/dist_env.h"
-#include "saturate/dist/process_group.h"
+#include "saturate/distributed/dist_env.h"
+#include "saturate/distributed/process_group.h"
 #include "saturate/train/gradient_sync.h"
 #include "saturate/train/train_options.h"
 

@@ -11,7 +11,7 @@
 #include "command.h"
 #include "saturate/core/json.h"
 #include "saturate/core/strings.h"
-#include "saturate/dist/launcher.h"
+#include "saturate/distributed/launcher.h"
 
 namespace saturate::cli {
 
@@ -23,7 +23,7 @@ LaunchJobRunner::LaunchJobRunner(const Plan& plan)
 }
 
 JobOutcome LaunchJobRunner::run(const JobRequest& request) {
-  const TrialConfig& c = request.config;
+  const RunConfig& c = request.config;
   std::remove(summary_path_.c_str());
   LaunchOptions o;
   o.nproc_per_node = c.world_size;

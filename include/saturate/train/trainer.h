@@ -22,7 +22,7 @@
 #include "saturate/data/dataset.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/train/checkpoint.h"
-#include "saturate/train/probe.h"
+#include "saturate/train/oom_probe.h"
 #include "saturate/train/train_options.h"
 
 namespace saturate {

@@ -41,13 +41,13 @@ struct LightningOptions {
 /// the last size that fit (Lightning: half the failing size, the same below the caps). Before
 /// any success it keeps halving; 0 when even batch 1 runs out of memory. Candidates are capped
 /// at max_val and the runner's max_batch_size(). Throws saturate::Error for invalid options.
-BaselineResult lightning_power(TrialRunner& runner, const TrialConfig& base,
+BaselineResult lightning_power(TrialRunner& runner, const RunConfig& base,
                                const LightningOptions& options = {});
 
 /// Doubles from init_val until an out-of-memory, then bisects between the last size that fit
 /// (1 when none did: Lightning assumes it) and the first that did not; returns
 /// max(1, int(found × (1 − margin))), so never 0. Throws saturate::Error for invalid options.
-BaselineResult lightning_binsearch(TrialRunner& runner, const TrialConfig& base,
+BaselineResult lightning_binsearch(TrialRunner& runner, const RunConfig& base,
                                    const LightningOptions& options = {});
 
 /// Accelerate find_executable_batch_size arguments, with its defaults (v1.9).
@@ -59,7 +59,7 @@ struct AccelerateOptions {
 /// Tries starting_batch_size (capped at the runner's max_batch_size()), then int(b × 0.9) after
 /// each out-of-memory, and returns the first size that fits, or 0 when the size reaches 0
 /// (where Accelerate raises). Never tries a larger size than the start, however much fits.
-BaselineResult accelerate_shrink(TrialRunner& runner, const TrialConfig& base,
+BaselineResult accelerate_shrink(TrialRunner& runner, const RunConfig& base,
                                  const AccelerateOptions& options = {});
 
 }  // namespace saturate

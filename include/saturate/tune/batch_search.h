@@ -45,7 +45,7 @@ struct BatchSearchOptions {
 /// One trial of a search, for plans and reports.
 struct SearchTrial {
   std::string purpose;  ///< "memory probe", "verify", "throughput", "repeat"
-  TrialConfig config;
+  RunConfig config;
   TrialOutcome outcome;
 };
 
@@ -72,7 +72,7 @@ struct BatchSearchResult {
 
 /// Searches the batch size of `base` (accumulation set to 1; the other settings kept). Throws
 /// saturate::Error when not even one sample fits under the limit minus the reserve.
-BatchSearchResult search_batch_size(TrialRunner& runner, const TrialConfig& base,
+BatchSearchResult search_batch_size(TrialRunner& runner, const RunConfig& base,
                                     const BatchSearchOptions& options = {});
 
 }  // namespace saturate

@@ -16,7 +16,7 @@
 namespace saturate {
 
 struct JobRequest {
-  TrialConfig config;  ///< config.world_size processes, each config.train.batch_size samples
+  RunConfig config;  ///< config.world_size processes, each config.train.batch_size samples
   int64_t steps = 0;
 };
 

@@ -44,7 +44,7 @@ struct PlanStage {
 struct PlanTrial {
   std::string stage;
   std::string purpose;  ///< "memory probe", "verify", "throughput", "repeat", "measure"
-  TrialConfig config;
+  RunConfig config;
   bool fits = false;    ///< written as "outcome": "fits" | "oom"
   double samples_per_s = 0;
   double spread = 0;
@@ -77,7 +77,7 @@ struct QualityCheck {
 struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string model, data, device;
-  TrialConfig config;      ///< what to train with
+  RunConfig config;      ///< what to train with
   /// "unchanged" | "kept" (the user's effective batch, through accumulation) | "lr_rescaled"
   std::string effective_batch = "unchanged";
   std::string effective_batch_why;

@@ -48,13 +48,13 @@ struct SimulatedProfile {
   std::string describe() const;
 
   /// Worst-case peak bytes of one step (noise at its maximum).
-  int64_t worst_peak_bytes(const TrialConfig& c) const;
+  int64_t worst_peak_bytes(const RunConfig& c) const;
   /// Noise-free samples/s of a configuration (0 when it does not fit).
-  double true_samples_per_s(const TrialConfig& c) const;
+  double true_samples_per_s(const RunConfig& c) const;
 };
 
 /// Samples/s of the model's steps alone, as if data were free.
-double sps_without_data(const SimulatedProfile& p, const TrialConfig& c);
+double sps_without_data(const SimulatedProfile& p, const RunConfig& c);
 
 class SimulatedDevice : public TrialRunner {
  public:
@@ -64,10 +64,10 @@ class SimulatedDevice : public TrialRunner {
   /// strays from the profile's sweet spot (lr / effective batch), as an unscaled batch change does.
   /// The metric scatters by metric_noise between seeds (the same seed gives the same value);
   /// a configuration past the memory limit returns fits == false.
-  QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override;
+  QualityRun train_and_validate(const RunConfig& config, int64_t samples) override;
   /// Evaluation keeps a quarter of a training step's activations and runs three times as fast
   /// per sample as training at the same batch (no backward, no optimizer), with step noise.
-  EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) override;
+  EvalTrial evaluate(const RunConfig& config, int64_t eval_batch, int64_t batches) override;
   int64_t memory_limit_bytes() const override { return profile_.limit_bytes; }
   int64_t max_batch_size() const override { return profile_.dataset_size; }
   const SimulatedProfile& profile() const { return profile_; }

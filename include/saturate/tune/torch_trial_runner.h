@@ -40,8 +40,8 @@ class TorchTrialRunner : public TrialRunner {
   TorchTrialRunner(std::string model_spec, const TrainingInput& input, c10::Device device,
                    DeviceMemory& memory, int64_t max_batch = int64_t{1} << 40);
   TrialOutcome run(const TrialRequest& request) override;
-  QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override;
-  EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) override;
+  QualityRun train_and_validate(const RunConfig& config, int64_t samples) override;
+  EvalTrial evaluate(const RunConfig& config, int64_t eval_batch, int64_t batches) override;
   int64_t memory_limit_bytes() const override { return limit_bytes_; }
   /// Data parallel: every trial trains on this rank's shard with gradients averaged across
   /// `group` (as `train` under a launcher does), one rank's out-of-memory ends the trial on all
@@ -61,7 +61,7 @@ class TorchTrialRunner : public TrialRunner {
   // Trains a fresh model of `c` with options `o` through the input's Loader, then (the Loader
   // gone, the training state resident) runs `after_fit` on the trainer; out of memory in
   // either is the result's outcome, and everything is freed before it returns.
-  ProbeResult fit_fresh(const TrialConfig& c, const TrainOptions& o, MemorySink& sink,
+  ProbeResult fit_fresh(const RunConfig& c, const TrainOptions& o, MemorySink& sink,
                         TrainSummary* summary,
                         const std::function<void(Trainer&)>& after_fit = nullptr);
 

@@ -19,7 +19,7 @@ namespace saturate {
 
 /// What a trial varies. `train.batch_size` is the samples per optimizer step (split into
 /// `train.accumulate` micro-batches); the rest of `train` (optimizer, lr, seed) rides along.
-struct TrialConfig {
+struct RunConfig {
   TrainOptions train;
   int threads = 0;  ///< intra-op threads; 0 leaves the runner's setting
   int workers = 0;   ///< input-pipeline worker threads (0: batches made on the training thread)
@@ -37,7 +37,7 @@ struct TrialConfig {
 };
 
 struct TrialRequest {
-  TrialConfig config;
+  RunConfig config;
   int64_t steps = 3;  ///< training steps to run; the first `warmup_steps` are not timed
   int64_t warmup_steps = 1;
 };
@@ -91,10 +91,10 @@ class TrialRunner {
   /// Trains a fresh copy of the model (the initial weights of the config's seed) on `samples`
   /// samples and validates it on the held-out split. Running out of memory is returned as
   /// `fits == false`, with everything freed, as for run().
-  virtual QualityRun train_and_validate(const TrialConfig& config, int64_t samples) = 0;
+  virtual QualityRun train_and_validate(const RunConfig& config, int64_t samples) = 0;
   /// Evaluates `batches` batches of `eval_batch` validation samples (at most the whole split)
   /// after one training step of `config`, the first batch untimed.
-  virtual EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) {
+  virtual EvalTrial evaluate(const RunConfig& config, int64_t eval_batch, int64_t batches) {
     (void)config, (void)eval_batch, (void)batches;
     return {};
   }
@@ -110,10 +110,10 @@ class CountingRunner : public TrialRunner {
  public:
   explicit CountingRunner(TrialRunner& inner) : inner_(inner) {}
   TrialOutcome run(const TrialRequest& request) override;
-  QualityRun train_and_validate(const TrialConfig& config, int64_t samples) override {
+  QualityRun train_and_validate(const RunConfig& config, int64_t samples) override {
     return inner_.train_and_validate(config, samples);
   }
-  EvalTrial evaluate(const TrialConfig& config, int64_t eval_batch, int64_t batches) override {
+  EvalTrial evaluate(const RunConfig& config, int64_t eval_batch, int64_t batches) override {
     return inner_.evaluate(config, eval_batch, batches);
   }
 

@@ -75,7 +75,7 @@ struct TuneOptions {
 /// empty) hears each stage as it ends. Model, data and device names in the plan are left for
 /// the caller. Every configuration the plan returns peaked under the memory limit less the
 /// reserve when measured. Throws saturate::Error when nothing fits (not even one sample).
-Plan tune(TrialRunner& runner, const TrialConfig& base, const TuneOptions& options,
+Plan tune(TrialRunner& runner, const RunConfig& base, const TuneOptions& options,
           const std::function<void(const PlanStage&)>& on_stage = {});
 
 /// The learning rate for a batch changed from `from` to `to` samples per step: linear for SGD,

@@ -17,7 +17,7 @@ namespace {
 struct Candidate {
   int ranks = 1;
   int threads = 1;
-  TrialConfig config;
+  RunConfig config;
   std::vector<double> job_samples_per_s;  // one per successful run
   int64_t peak_memory_bytes = 0;          // one process's, highest over the runs
   std::string failed;                     // why a run failed (empty: none did)
@@ -33,8 +33,8 @@ struct Candidate {
 
 // The plan's config as `ranks` processes: each takes its share of the global batch and keeps
 // the plan's micro-batch.
-TrialConfig as_ranks(const TrialConfig& c, int ranks, int threads) {
-  TrialConfig out = c;
+RunConfig as_ranks(const RunConfig& c, int ranks, int threads) {
+  RunConfig out = c;
   out.world_size = ranks;
   out.threads = threads;
   out.train.batch_size = c.train.batch_size * c.world_size / ranks;
@@ -43,7 +43,7 @@ TrialConfig as_ranks(const TrialConfig& c, int ranks, int threads) {
   return out;
 }
 
-std::vector<Candidate> candidates_for(const TrialConfig& tuned, const RanksStageOptions& o) {
+std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOptions& o) {
   const int64_t global = tuned.train.batch_size * tuned.world_size;
   std::vector<Candidate> out;
   Candidate one;
@@ -113,7 +113,7 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
   if (!o.on_cpu) return;
   PlanStage stage;
   stage.name = "ranks";
-  const TrialConfig tuned = plan.config;
+  const RunConfig tuned = plan.config;
   const int64_t global = tuned.train.batch_size * tuned.world_size;
   std::vector<Candidate> candidates = candidates_for(tuned, o);
   if (const std::string why = reason_to_skip(plan, o, candidates.size()); !why.empty()) {

@@ -15,7 +15,7 @@
 #include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/nvml.h"
 #include "saturate/telemetry/proc_stats.h"
-#include "saturate/telemetry/sampler.h"
+#include "saturate/telemetry/device_sampler.h"
 
 namespace saturate {
 namespace {

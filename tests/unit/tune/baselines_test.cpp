@@ -33,7 +33,7 @@ class FitsUpTo : public TrialRunner {
     }
     return t;
   }
-  QualityRun train_and_validate(const TrialConfig&, int64_t) override {
+  QualityRun train_and_validate(const RunConfig&, int64_t) override {
     ADD_FAILURE() << "the baselines only run trials";
     return {};
   }
@@ -66,7 +66,7 @@ int64_t largest_fitting(const BaselineResult& r) {
 }
 
 bool batch_one_fits(const SimulatedProfile& p) {
-  TrialConfig one;
+  RunConfig one;
   one.train.batch_size = 1;
   return p.worst_peak_bytes(one) <= p.limit_bytes;
 }
@@ -75,7 +75,7 @@ bool batch_one_fits(const SimulatedProfile& p) {
 
 TEST(LightningPower, DoublesUntilOutOfMemoryAndReturnsTheLastSizeThatFit) {
   FitsUpTo runner(100);
-  TrialConfig base;
+  RunConfig base;
   base.train.batch_size = 999;
   base.train.accumulate = 4;
   base.train.precision = Precision::kBf16;
@@ -100,7 +100,7 @@ TEST(LightningPower, KeepsHalvingWhileNothingHasFit) {
   FitsUpTo runner(5);
   LightningOptions o;
   o.init_val = 64;
-  const BaselineResult r = lightning_power(runner, TrialConfig{}, o);
+  const BaselineResult r = lightning_power(runner, RunConfig{}, o);
   EXPECT_EQ(tried(r), (std::vector<int64_t>{64, 32, 16, 8, 4, 8}));
   EXPECT_EQ(purposes(r)[1], "halve");
   EXPECT_EQ(r.chosen, 4);
@@ -109,7 +109,7 @@ TEST(LightningPower, KeepsHalvingWhileNothingHasFit) {
 
 TEST(LightningPower, ReturnsZeroWhenEvenBatchOneRunsOutOfMemory) {
   FitsUpTo runner(0);
-  const BaselineResult r = lightning_power(runner, TrialConfig{});
+  const BaselineResult r = lightning_power(runner, RunConfig{});
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(r.chosen, 0);
   EXPECT_EQ(r.ooms, 2);
@@ -120,7 +120,7 @@ TEST(LightningPower, StopsAtMaxValAndReturnsItUntried) {
   FitsUpTo runner(1000);
   LightningOptions o;
   o.max_val = 64;
-  const BaselineResult r = lightning_power(runner, TrialConfig{}, o);
+  const BaselineResult r = lightning_power(runner, RunConfig{}, o);
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2, 4, 8, 16, 32}));
   EXPECT_EQ(r.chosen, 64);
   EXPECT_EQ(r.ooms, 0);
@@ -130,33 +130,33 @@ TEST(LightningPower, MaxTrialsCountsEveryTrial) {
   FitsUpTo fits_large(1000);
   LightningOptions o;
   o.max_trials = 4;
-  const BaselineResult up = lightning_power(fits_large, TrialConfig{}, o);
+  const BaselineResult up = lightning_power(fits_large, RunConfig{}, o);
   EXPECT_EQ(tried(up), (std::vector<int64_t>{2, 4, 8, 16}));
   EXPECT_EQ(up.chosen, 16) << "out of trials: the last size that fit";
 
   FitsUpTo fits_small(3);
   o.init_val = 16;
   o.max_trials = 3;
-  const BaselineResult down = lightning_power(fits_small, TrialConfig{}, o);
+  const BaselineResult down = lightning_power(fits_small, RunConfig{}, o);
   EXPECT_EQ(tried(down), (std::vector<int64_t>{16, 8, 4}));
   EXPECT_EQ(down.chosen, 2) << "as Lightning: the next halving, untried";
 }
 
 TEST(LightningPower, StopsAtTheRunnersMaxBatchSize) {
   FitsUpTo runner(1000, /*max_batch=*/48);
-  const BaselineResult r = lightning_power(runner, TrialConfig{});
+  const BaselineResult r = lightning_power(runner, RunConfig{});
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2, 4, 8, 16, 32, 48}));
   EXPECT_EQ(r.chosen, 48);
 
   FitsUpTo fails_at_cap(40, /*max_batch=*/48);
-  const BaselineResult capped_oom = lightning_power(fails_at_cap, TrialConfig{});
+  const BaselineResult capped_oom = lightning_power(fails_at_cap, RunConfig{});
   EXPECT_EQ(tried(capped_oom), (std::vector<int64_t>{2, 4, 8, 16, 32, 48}));
   EXPECT_EQ(capped_oom.chosen, 32) << "the last size that fit, not half of 48";
 
   FitsUpTo small_set(1000, /*max_batch=*/48);
   LightningOptions o;
   o.init_val = 500;
-  const BaselineResult from_above = lightning_power(small_set, TrialConfig{}, o);
+  const BaselineResult from_above = lightning_power(small_set, RunConfig{}, o);
   EXPECT_EQ(tried(from_above), (std::vector<int64_t>{48}));
   EXPECT_EQ(from_above.chosen, 48);
 }
@@ -164,7 +164,7 @@ TEST(LightningPower, StopsAtTheRunnersMaxBatchSize) {
 TEST(LightningPower, ReturnsTheLargestPowerOfTwoThatFits) {
   for (int64_t n = 1; n <= 3000; n += 7) {
     FitsUpTo runner(n);
-    const BaselineResult r = lightning_power(runner, TrialConfig{});
+    const BaselineResult r = lightning_power(runner, RunConfig{});
     int64_t expected = 1;
     while (expected * 2 <= n) expected *= 2;
     EXPECT_EQ(r.chosen, expected) << "fits up to " << n;
@@ -173,7 +173,7 @@ TEST(LightningPower, ReturnsTheLargestPowerOfTwoThatFits) {
 
 TEST(LightningBinsearch, DoublesThenBisectsAndAppliesTheMargin) {
   FitsUpTo runner(100);
-  const BaselineResult r = lightning_binsearch(runner, TrialConfig{});
+  const BaselineResult r = lightning_binsearch(runner, RunConfig{});
   EXPECT_EQ(r.strategy, "lightning-binsearch");
   EXPECT_EQ(tried(r),
             (std::vector<int64_t>{2, 4, 8, 16, 32, 64, 128, 96, 112, 104, 100, 102, 101}));
@@ -188,20 +188,20 @@ TEST(LightningBinsearch, WithoutMarginFindsExactlyTheLargestSizeThatFits) {
   o.margin = 0.0;
   for (int64_t n = 1; n <= 3000; n += 7) {
     FitsUpTo runner(n);
-    EXPECT_EQ(lightning_binsearch(runner, TrialConfig{}, o).chosen, n) << "fits up to " << n;
+    EXPECT_EQ(lightning_binsearch(runner, RunConfig{}, o).chosen, n) << "fits up to " << n;
   }
 }
 
 TEST(LightningBinsearch, FirstTrialOutOfMemoryBisectsDownToTheAssumedOne) {
   FitsUpTo runner(0);
-  const BaselineResult r = lightning_binsearch(runner, TrialConfig{});
+  const BaselineResult r = lightning_binsearch(runner, RunConfig{});
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2}));
   EXPECT_EQ(r.chosen, 1) << "Lightning assumes batch 1 fits and never tries it";
 
   FitsUpTo none_fit(0);
   LightningOptions o;
   o.init_val = 64;
-  const BaselineResult from_64 = lightning_binsearch(none_fit, TrialConfig{}, o);
+  const BaselineResult from_64 = lightning_binsearch(none_fit, RunConfig{}, o);
   EXPECT_EQ(tried(from_64), (std::vector<int64_t>{64, 32, 16, 8, 4, 2}));
   EXPECT_EQ(from_64.chosen, 1);
   EXPECT_EQ(from_64.ooms, 6);
@@ -211,7 +211,7 @@ TEST(LightningBinsearch, StopsAtMaxValAndAppliesTheMargin) {
   FitsUpTo runner(1000);
   LightningOptions o;
   o.max_val = 64;
-  const BaselineResult r = lightning_binsearch(runner, TrialConfig{}, o);
+  const BaselineResult r = lightning_binsearch(runner, RunConfig{}, o);
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2, 4, 8, 16, 32}));
   EXPECT_EQ(r.chosen, 60) << "int(64 * 0.95)";
 }
@@ -220,7 +220,7 @@ TEST(LightningBinsearch, MaxTrialsCountsSuccessesOnly) {
   FitsUpTo runner(100);
   LightningOptions o;
   o.max_trials = 7;
-  const BaselineResult r = lightning_binsearch(runner, TrialConfig{}, o);
+  const BaselineResult r = lightning_binsearch(runner, RunConfig{}, o);
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2, 4, 8, 16, 32, 64, 128, 96}));
   EXPECT_EQ(r.ooms, 1);
   EXPECT_EQ(r.chosen, 91) << "int(96 * 0.95)";
@@ -228,7 +228,7 @@ TEST(LightningBinsearch, MaxTrialsCountsSuccessesOnly) {
 
 TEST(LightningBinsearch, StopsAtTheRunnersMaxBatchSize) {
   FitsUpTo runner(1000, /*max_batch=*/48);
-  const BaselineResult r = lightning_binsearch(runner, TrialConfig{});
+  const BaselineResult r = lightning_binsearch(runner, RunConfig{});
   EXPECT_EQ(tried(r), (std::vector<int64_t>{2, 4, 8, 16, 32, 48}));
   EXPECT_EQ(r.chosen, 45) << "int(48 * 0.95)";
 }
@@ -237,19 +237,19 @@ TEST(LightningBinsearch, RejectsInvalidOptions) {
   FitsUpTo runner(100);
   LightningOptions bad_margin;
   bad_margin.margin = 1.0;
-  EXPECT_THROW(lightning_binsearch(runner, TrialConfig{}, bad_margin), Error);
+  EXPECT_THROW(lightning_binsearch(runner, RunConfig{}, bad_margin), Error);
   LightningOptions bad_init;
   bad_init.init_val = 0;
-  EXPECT_THROW(lightning_power(runner, TrialConfig{}, bad_init), Error);
+  EXPECT_THROW(lightning_power(runner, RunConfig{}, bad_init), Error);
   LightningOptions bad_steps;
   bad_steps.steps_per_trial = 0;
-  EXPECT_THROW(lightning_power(runner, TrialConfig{}, bad_steps), Error);
+  EXPECT_THROW(lightning_power(runner, RunConfig{}, bad_steps), Error);
   EXPECT_TRUE(runner.requests.empty());
 }
 
 TEST(AccelerateShrink, ShrinksByTenPercentAndStopsAtTheFirstFit) {
   FitsUpTo runner(100);
-  const BaselineResult r = accelerate_shrink(runner, TrialConfig{});
+  const BaselineResult r = accelerate_shrink(runner, RunConfig{});
   EXPECT_EQ(r.strategy, "accelerate-shrink");
   EXPECT_EQ(tried(r), (std::vector<int64_t>{128, 115, 103, 92}));
   EXPECT_EQ(purposes(r), (std::vector<std::string>{"start", "shrink", "shrink", "shrink"}));
@@ -264,14 +264,14 @@ TEST(AccelerateShrink, ShrinksByTenPercentAndStopsAtTheFirstFit) {
 
 TEST(AccelerateShrink, NeverProbesUpward) {
   FitsUpTo runner(10000);
-  const BaselineResult r = accelerate_shrink(runner, TrialConfig{});
+  const BaselineResult r = accelerate_shrink(runner, RunConfig{});
   EXPECT_EQ(tried(r), (std::vector<int64_t>{128}));
   EXPECT_EQ(r.chosen, 128) << "faithful: 10000 would fit, Accelerate never looks";
 }
 
 TEST(AccelerateShrink, ReturnsZeroWhenTheSizeReachesZero) {
   FitsUpTo runner(0);
-  const BaselineResult r = accelerate_shrink(runner, TrialConfig{});
+  const BaselineResult r = accelerate_shrink(runner, RunConfig{});
   EXPECT_EQ(r.chosen, 0);
   ASSERT_EQ(r.trials.size(), 30u) << "128 -> 115 -> ... -> 1: 30 failures";
   EXPECT_EQ(r.trials.back().config.train.batch_size, 1);
@@ -280,12 +280,12 @@ TEST(AccelerateShrink, ReturnsZeroWhenTheSizeReachesZero) {
 
 TEST(AccelerateShrink, StartsAtTheRunnersMaxBatchSize) {
   FitsUpTo runner(40, /*max_batch=*/50);
-  const BaselineResult r = accelerate_shrink(runner, TrialConfig{});
+  const BaselineResult r = accelerate_shrink(runner, RunConfig{});
   EXPECT_EQ(tried(r), (std::vector<int64_t>{50, 45, 40}));
   EXPECT_EQ(r.chosen, 40);
   AccelerateOptions bad;
   bad.starting_batch_size = 0;
-  EXPECT_THROW(accelerate_shrink(runner, TrialConfig{}, bad), Error);
+  EXPECT_THROW(accelerate_shrink(runner, RunConfig{}, bad), Error);
 }
 
 TEST(LightningAndAccelerateBaselines, StepsAndOutOfMemoryAreWhatTheRunnerCounted) {
@@ -297,9 +297,9 @@ TEST(LightningAndAccelerateBaselines, StepsAndOutOfMemoryAreWhatTheRunnerCounted
     lo.steps_per_trial = 5;
     AccelerateOptions ao;
     ao.steps_per_trial = 5;
-    const BaselineResult r = which == 0   ? lightning_power(counting, TrialConfig{}, lo)
-                             : which == 1 ? lightning_binsearch(counting, TrialConfig{}, lo)
-                                          : accelerate_shrink(counting, TrialConfig{}, ao);
+    const BaselineResult r = which == 0   ? lightning_power(counting, RunConfig{}, lo)
+                             : which == 1 ? lightning_binsearch(counting, RunConfig{}, lo)
+                                          : accelerate_shrink(counting, RunConfig{}, ao);
     const auto trials = static_cast<int64_t>(r.trials.size());
     EXPECT_EQ(r.steps, (trials - r.ooms) * 5 + r.ooms * 2) << r.strategy;
     EXPECT_EQ(r.steps, counting.steps()) << r.strategy;
@@ -315,7 +315,7 @@ TEST(LightningPower, OnSimulatedDevicesReturnsASizeThatFitOrMaxVal) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     const SimulatedProfile p = SimulatedProfile::random(seed);
     SimulatedDevice device(p, seed);
-    const BaselineResult r = lightning_power(device, TrialConfig{});
+    const BaselineResult r = lightning_power(device, RunConfig{});
     if (batch_one_fits(p)) {
       EXPECT_GT(r.chosen, 0) << "seed " << seed;
     }
@@ -330,7 +330,7 @@ TEST(LightningBinsearch, OnSimulatedDevicesNeverExceedsTheLargestSizeThatFit) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     const SimulatedProfile p = SimulatedProfile::random(seed);
     SimulatedDevice device(p, seed);
-    const BaselineResult r = lightning_binsearch(device, TrialConfig{});
+    const BaselineResult r = lightning_binsearch(device, RunConfig{});
     if (batch_one_fits(p)) {
       EXPECT_GT(r.chosen, 0) << "seed " << seed;
     }
@@ -345,7 +345,7 @@ TEST(AccelerateShrink, OnSimulatedDevicesReturnsItsLastTrialWhichFit) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     const SimulatedProfile p = SimulatedProfile::random(seed);
     SimulatedDevice device(p, seed);
-    const BaselineResult r = accelerate_shrink(device, TrialConfig{});
+    const BaselineResult r = accelerate_shrink(device, RunConfig{});
     if (!batch_one_fits(p)) continue;
     ASSERT_FALSE(r.trials.empty());
     EXPECT_GT(r.chosen, 0) << "seed " << seed;

@@ -16,14 +16,14 @@
 namespace saturate {
 namespace {
 
-TrialConfig base_config() {
-  TrialConfig c;
+RunConfig base_config() {
+  RunConfig c;
   c.train.batch_size = 32;
   return c;
 }
 
-TrialConfig with_batch(int64_t b) {
-  TrialConfig c = base_config();
+RunConfig with_batch(int64_t b) {
+  RunConfig c = base_config();
   c.train.batch_size = b;
   return c;
 }
@@ -39,7 +39,7 @@ GridBest grid_best(const SimulatedProfile& p, double reserve, int64_t cap) {
   const auto target = static_cast<int64_t>(static_cast<double>(p.limit_bytes) * (1.0 - reserve));
   GridBest g;
   for (int64_t b = 1; b <= cap; ++b) {
-    const TrialConfig c = with_batch(b);
+    const RunConfig c = with_batch(b);
     if (p.worst_peak_bytes(c) > target) break;  // memory grows with b
     const double s = p.true_samples_per_s(c);
     if (s > g.samples_per_s) g = {b, s};
@@ -67,7 +67,7 @@ SweepStats sweep(int n, double max_step_noise) {
     SimulatedDevice device(p, /*seed=*/seed + 1000);
     const BatchSearchOptions o;
     const BatchSearchResult r = search_batch_size(device, base_config(), o);
-    const TrialConfig chosen = with_batch(r.chosen);
+    const RunConfig chosen = with_batch(r.chosen);
     SCOPED_TRACE(p.describe() + " -> " + r.why);
     EXPECT_LE(p.worst_peak_bytes(chosen), p.limit_bytes);
     const GridBest g = grid_best(p, o.reserve, std::min(o.max_batch, p.dataset_size));

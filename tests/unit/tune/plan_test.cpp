@@ -17,8 +17,8 @@ namespace {
 using nlohmann::json;
 using testing::error_of;
 
-TrialConfig tuned_config() {
-  TrialConfig c;
+RunConfig tuned_config() {
+  RunConfig c;
   c.train.batch_size = 384;
   c.train.precision = Precision::kBf16;
   c.train.accumulate = 3;
@@ -64,7 +64,7 @@ Plan full_plan() {
   return p;
 }
 
-void expect_config_eq(const TrialConfig& a, const TrialConfig& b) {
+void expect_config_eq(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.train.batch_size, b.train.batch_size);
   EXPECT_EQ(a.train.precision, b.train.precision);
   EXPECT_EQ(a.train.accumulate, b.train.accumulate);

@@ -50,7 +50,7 @@ TuneOptions guard_only(int64_t samples, int64_t batch) {
 TEST(QualityGuardReal, Issue13_RejectsALinearlyRescaledSgdRateThatDiverges) {
   Fixture f = open_fmnist();
   ASSERT_EQ(f.input.splits.validation.size(), 3000);
-  TrialConfig base;
+  RunConfig base;
   base.train.batch_size = 8;
   base.train.optimizer = OptimizerKind::kSgd;
   base.train.lr = 0.01;  // learns at batch 8; 64x that at batch 512 does not
@@ -69,7 +69,7 @@ TEST(QualityGuardReal, Issue13_RejectsALinearlyRescaledSgdRateThatDiverges) {
 
 TEST(QualityGuardReal, Issue13_AcceptsAHarmlessSquareRootRescaleForAdamW) {
   Fixture f = open_fmnist();
-  TrialConfig base;
+  RunConfig base;
   base.train.batch_size = 8;
   base.threads = 1;
   base.train.optimizer = OptimizerKind::kAdamW;
@@ -103,7 +103,7 @@ TEST(TorchTrialRunnerReal, Issue34_EvalEveryStaysOutOfTrialsAndGuardRuns) {
     std::vector<int64_t> at;
   } seen;
   f.runner->set_observer(&seen);
-  TrialConfig c;
+  RunConfig c;
   c.train.batch_size = 64;
   c.train.eval_every = 2;
   TrialRequest req;
@@ -120,7 +120,7 @@ TEST(TorchTrialRunnerReal, Issue34_EvalEveryStaysOutOfTrialsAndGuardRuns) {
 
 TEST(TorchTrialRunnerReal, Issue13_EvaluationMeasuresUnderInferenceModeWithTheTrainingStateResident) {
   Fixture f = open_fmnist();
-  TrialConfig c;
+  RunConfig c;
   c.train.batch_size = 512;
   c.train.optimizer = OptimizerKind::kAdamW;
   const EvalTrial e = f.runner->evaluate(c, /*eval_batch=*/512, /*batches=*/2);

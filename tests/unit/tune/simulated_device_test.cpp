@@ -51,7 +51,7 @@ TEST(SimulatedDevice, ThroughputSaturatesFallsPastTheCliffAndHasNoise) {
   p.cliff_batch = 256;
   p.cliff_loss_per_doubling = 0.25;
   p.step_noise = 0.05;
-  TrialConfig c;
+  RunConfig c;
   auto at = [&](int64_t b) {
     c.train.batch_size = b;
     return p.true_samples_per_s(c);
@@ -73,7 +73,7 @@ TEST(SimulatedDevice, RandomProfilesArePlausible) {
     SCOPED_TRACE(p.describe());
     ASSERT_GT(p.fixed_bytes, 0);
     ASSERT_LT(p.fixed_bytes, p.limit_bytes);
-    TrialConfig one;
+    RunConfig one;
     one.train.batch_size = 1;
     EXPECT_LE(p.worst_peak_bytes(one), p.limit_bytes);
     EXPECT_GT(p.true_samples_per_s(one), 0.0);

@@ -47,8 +47,8 @@ SimulatedProfile gpu_like_profile_for_input() {
 
 namespace {
 
-TrialConfig user(int64_t batch, OptimizerKind opt = OptimizerKind::kAdamW) {
-  TrialConfig c;
+RunConfig user(int64_t batch, OptimizerKind opt = OptimizerKind::kAdamW) {
+  RunConfig c;
   c.train.batch_size = batch;
   c.train.lr = 3e-3 * (opt == OptimizerKind::kSgd ? 1.0 : 1.0);
   c.train.optimizer = opt;
@@ -172,7 +172,7 @@ TEST(Tuner, ThreadsStageKeepsTheFasterCount) {
   SimulatedDevice dev(gpu_like(), 7);
   TuneOptions o = options();
   o.threads = {4, 2};
-  TrialConfig base = user(64);
+  RunConfig base = user(64);
   base.threads = 4;
   const Plan plan = tune(dev, base, o);
   // The simulator's speed does not depend on threads: nothing beats the current count.
@@ -211,7 +211,7 @@ class Wrapped : public TrialRunner {
     }
     return t;
   }
-  QualityRun train_and_validate(const TrialConfig& c, int64_t samples) override {
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
     ++quality_runs;
     max_quality_samples = std::max(max_quality_samples, samples);
     if (oom_quality_batch > 0 && c.train.batch_size == oom_quality_batch) {
@@ -357,7 +357,7 @@ TEST(Tuner, Issue6_SlowInputGetsWorkersUntilDataWaitIsHidden) {
   TuneOptions o;
   o.max_workers = 16;
   o.quality_samples = 0;
-  const Plan plan = tune(dev, TrialConfig{}, o);
+  const Plan plan = tune(dev, RunConfig{}, o);
   EXPECT_GE(plan.config.workers, 2);
   bool found = false;
   for (const PlanStage& s : plan.stages) {
@@ -379,7 +379,7 @@ TEST(Tuner, Issue13_OneWorkerNoFasterThanNoneDoesNotEndTheClimb) {
   TuneOptions o;
   o.max_workers = 16;
   o.quality_samples = 0;
-  const Plan plan = tune(dev, TrialConfig{}, o);
+  const Plan plan = tune(dev, RunConfig{}, o);
   EXPECT_GE(plan.config.workers, 2) << stage(plan, "input_pipeline").why;
 }
 
@@ -390,7 +390,7 @@ TEST(Tuner, FastInputLeavesThePipelineAlone) {
   TuneOptions o;
   o.max_workers = 16;
   o.quality_samples = 0;
-  const Plan plan = tune(dev, TrialConfig{}, o);
+  const Plan plan = tune(dev, RunConfig{}, o);
   EXPECT_EQ(plan.config.workers, 0);
 }
 
@@ -471,7 +471,7 @@ TEST(Tuner, Issue13_TheEvalBatchIsTheLargestFastOneUnderTheLimitLessReserve) {
   EXPECT_GE(chosen, 2 * plan.config.train.batch_size) << e.why;
   EXPECT_GT(plan.eval_samples_per_s, 0);
   EXPECT_LE(plan.eval_peak_memory_bytes, target);
-  TrialConfig twice = plan.config;
+  RunConfig twice = plan.config;
   twice.train.batch_size = 2 * chosen;
   twice.train.accumulate = 1;
   EXPECT_GT(p.fixed_bytes + (p.worst_peak_bytes(twice) - p.fixed_bytes) / 4, target)
@@ -487,7 +487,7 @@ TEST(Tuner, Issue13_AGivenEvalBatchThatDoesNotFitIsReplacedBySaysWhy) {
   o.quality_samples = 0;
   o.eval_samples = 10000;
   o.tune_eval_batch = false;
-  TrialConfig base = user(64);
+  RunConfig base = user(64);
   base.train.eval_batch_size = 8000;  // 2 GiB + 8000 x 4 MiB: over the 16 GiB
   const Plan plan = tune(dev, base, o);
   const PlanStage& e = stage(plan, "eval_batch");
@@ -510,7 +510,7 @@ class FlatteringFirstTiming : public TrialRunner {
     if (c != base_ && seen_.insert(c).second) t.measurement.samples_per_s *= 1.3;
     return t;
   }
-  QualityRun train_and_validate(const TrialConfig& c, int64_t samples) override {
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
     return inner_.train_and_validate(c, samples);
   }
   int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
@@ -576,7 +576,7 @@ class Layouts : public TrialRunner {
     }
     return t;
   }
-  QualityRun train_and_validate(const TrialConfig& c, int64_t samples) override {
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
     SATURATE_CHECK(!(nhwc_fails_ && c.train.memory_format == MemoryFormat::kChannelsLast),
                    "a quality run in a layout that cannot run");
     return inner_.train_and_validate(c, samples);

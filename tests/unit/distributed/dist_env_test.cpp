@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The launchers' environment contract (torchrun, srun), and each bad value named.
-#include "saturate/dist/dist_env.h"
+#include "saturate/distributed/dist_env.h"
 
 #include <map>
 #include <string>
@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "saturate/core/error.h"
-#include "saturate/dist/process_group.h"
+#include "saturate/distributed/process_group.h"
 
 namespace saturate {
 namespace {

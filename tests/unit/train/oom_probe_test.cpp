@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/train/probe.h"
+#include "saturate/train/oom_probe.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

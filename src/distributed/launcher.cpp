@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/dist/launcher.h"
+#include "saturate/distributed/launcher.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/telemetry/sampler.h"
+#include "saturate/telemetry/device_sampler.h"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/dist/dist_env.h"
+#include "saturate/distributed/dist_env.h"
 
 #include <cerrno>
 #include <cstdlib>

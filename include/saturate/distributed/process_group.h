@@ -19,7 +19,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include "saturate/dist/dist_env.h"
+#include "saturate/distributed/dist_env.h"
 
 namespace saturate {
 

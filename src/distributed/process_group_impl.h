@@ -5,7 +5,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "saturate/dist/process_group.h"
+#include "saturate/distributed/process_group.h"
 
 namespace saturate {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "saturate/dist/data_parallel.h"
+#include "saturate/distributed/data_parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/torch.h>
 
-#include "dist/process_group_impl.h"
+#include "distributed/process_group_impl.h"
 #include "saturate/core/error.h"
 #include "saturate/models/model.h"
 

@@ -14,7 +14,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
-#include "dist/process_group_impl.h"
+#include "distributed/process_group_impl.h"
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
 
