@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
 
 #include "saturate/core/error.h"
 
@@ -18,11 +21,9 @@ std::string lower(std::string s) {
   return s;
 }
 
-}  // namespace
-
-int64_t parse_bytes(const std::string& text, const std::string& what) {
-  const std::string bad = detail::concat(what, ": cannot read '", text,
-                                         "' as a size; expected e.g. 2GiB, 512MB or 1048576");
+// "1.5 GiB" -> {1.5, "gib"}: the leading decimal number and the lower-case unit after it
+// (spaces between them skipped). Throws saturate::Error with `bad` when there is no number.
+std::pair<double, std::string> number_and_unit(const std::string& text, const std::string& bad) {
   size_t pos = 0;
   while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
     ++pos;
@@ -33,6 +34,15 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   SATURATE_CHECK(end && *end == '\0', bad);
   std::string unit = lower(text.substr(pos));
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  return {value, unit};
+}
+
+}  // namespace
+
+int64_t parse_bytes(const std::string& text, const std::string& what) {
+  const std::string bad = detail::concat(what, ": cannot read '", text,
+                                         "' as a size; expected e.g. 2GiB, 512MB or 1048576");
+  const auto [value, unit] = number_and_unit(text, bad);
   double mult = 1.0;
   if (unit.empty() || unit == "b") {
     mult = 1.0;
@@ -59,16 +69,7 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
 double parse_duration_s(const std::string& text, const std::string& what) {
   const std::string bad = detail::concat(what, ": cannot read '", text,
                                          "' as a duration; expected e.g. 10min, 30s, 1.5h or 500ms");
-  size_t pos = 0;
-  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
-    ++pos;
-  SATURATE_CHECK(pos > 0, bad);
-  char* end = nullptr;
-  const std::string number = text.substr(0, pos);
-  const double value = std::strtod(number.c_str(), &end);
-  SATURATE_CHECK(end && *end == '\0', bad);
-  std::string unit = lower(text.substr(pos));
-  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  const auto [value, unit] = number_and_unit(text, bad);
   double mult = 0;
   if (unit.empty() || unit == "s" || unit == "sec") mult = 1;
   if (unit == "ms") mult = 1e-3;
