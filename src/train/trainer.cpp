@@ -288,6 +288,18 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
   std::deque<double> recent_norms;
   int64_t skipped_in_a_row = 0;
   const bool scaling = st.scaler->is_enabled();
+  // The diagnosis of a run that diverged at `step`, with what the watch saw up to it.
+  auto diverge = [&](int64_t step, const std::string& reason, double loss_scale, double lr) {
+    Divergence d;
+    d.step = step;
+    d.reason = reason;
+    d.last_finite_step = last_finite_step;
+    d.last_finite_loss = last_finite_loss;
+    d.loss_scale = loss_scale;
+    d.lr = lr;
+    d.grad_norms.assign(recent_norms.begin(), recent_norms.end());
+    summary.divergence = d;
+  };
   auto watch = [&](const StepRecord& rec) {
     recent_norms.push_back(rec.grad_norm);
     if (recent_norms.size() > 10) recent_norms.pop_front();
@@ -312,15 +324,7 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
       last_finite_loss = rec.loss;
     }
     if (reason.empty() || summary.divergence) return;
-    Divergence d;
-    d.step = rec.step;
-    d.reason = reason;
-    d.last_finite_step = last_finite_step;
-    d.last_finite_loss = last_finite_loss;
-    d.loss_scale = rec.loss_scale;
-    d.lr = rec.lr;
-    d.grad_norms.assign(recent_norms.begin(), recent_norms.end());
-    summary.divergence = d;
+    diverge(rec.step, reason, rec.loss_scale, rec.lr);
   };
   auto complete_front = [&] {
     InFlight& f = in_flight.front();
@@ -385,13 +389,8 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     }
     if (diverged) {
       if (!summary.divergence) {
-        Divergence d;
-        d.step = step - 1;
-        d.reason = "another rank's run diverged";
-        d.last_finite_step = last_finite_step;
-        d.last_finite_loss = last_finite_loss;
-        d.grad_norms.assign(recent_norms.begin(), recent_norms.end());
-        summary.divergence = d;
+        // This rank's own records stayed finite: its defaults for scale and LR, as before.
+        diverge(step - 1, "another rank's run diverged", Divergence().loss_scale, Divergence().lr);
       }
       break;
     }
