@@ -10,6 +10,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
+#include "saturate/tune/noise_rule.h"
 
 namespace saturate {
 
@@ -264,7 +265,7 @@ class Search {
     // flatten and may fall past a cliff; the walk down crosses the peak once).
     for (int64_t b = top / 4; b >= o_.min_batch && b >= 1 && !late(); b /= 4) {
       if (!measure(b)) break;
-      if (b != best() && mean(b) < smoothed(best()) * (1.0 - 2.0 * point(b)->noise(step_noise_)))
+      if (b != best() && clearly_slower(mean(b), smoothed(best()), point(b)->noise(step_noise_)))
         break;
     }
     // Refine around the best: its doubling and halving, then, where the peak lies below the
@@ -274,7 +275,7 @@ class Search {
       if (center == 0 || (step < 1.4 && center == top) || late()) break;
       // The top is the best and half of it is clearly slower: the curve rises into the top.
       if (step < 2 && center == top && point(top / 2) &&
-          mean(top / 2) < mean(top) * (1.0 - 2.0 * noise_between(top / 2, top)))
+          clearly_slower(mean(top / 2), mean(top), noise_between(top / 2, top)))
         break;
       const int64_t up = std::min(top, static_cast<int64_t>(std::llround(center * step)));
       const int64_t down = static_cast<int64_t>(std::llround(center / step));
@@ -291,9 +292,11 @@ class Search {
       for (const auto& [b, tp] : curve_)
         if (b <= lo_ && b != lead && (second == 0 || tp.mean() > mean(second))) second = b;
       if (second == 0) break;
-      const double gap = 1.0 - mean(second) / smoothed(lead);
+      // Settled when the runner-up is clearly slower, or when the noise is below the
+      // tolerance anyway (a runoff could not change what is chosen).
       const double noise = noise_between(lead, second);
-      if (gap > 2.0 * noise || 2.0 * noise < o_.tolerance) break;
+      if (clearly_slower(mean(second), smoothed(lead), noise) || kNoiseSigmas * noise < o_.tolerance)
+        break;
       trial(lead, o_.measure_steps, "repeat");
       trial(second, o_.measure_steps, "repeat");
     }

@@ -11,6 +11,15 @@
 #include "saturate/core/strings.h"
 
 namespace saturate {
+
+const std::vector<std::string>& quality_status_names() {
+  static const std::vector<std::string> names = {"not_run", "accepted", "rejected", "unaffordable",
+                                                 "inconclusive"};
+  return names;
+}
+
+std::string to_string(QualityStatus s) { return quality_status_names()[static_cast<size_t>(s)]; }
+
 namespace {
 
 using nlohmann::json;
@@ -345,7 +354,7 @@ PlanTrial trial_from_json(const FieldReader& r) {
 }
 
 json quality_to_json(const QualityCheck& q) {
-  return {{"status", q.status},
+  return {{"status", to_string(q.status)},
           {"metric", q.metric},
           {"metric_noise", q.metric_noise},
           {"loss_noise", q.loss_noise},
@@ -365,7 +374,9 @@ json quality_to_json(const QualityCheck& q) {
 
 QualityCheck quality_from_json(const FieldReader& r) {
   QualityCheck q;
-  q.status = r.name("status", q.status, {"accepted", "rejected", "not_run", "unaffordable", "inconclusive"});
+  const std::string status = r.name("status", to_string(q.status), quality_status_names());
+  for (size_t i = 0; i < quality_status_names().size(); ++i)
+    if (quality_status_names()[i] == status) q.status = static_cast<QualityStatus>(i);
   q.metric = r.string("metric", q.metric);
   q.metric_noise = r.number("metric_noise", q.metric_noise);
   q.loss_noise = r.number("loss_noise", q.loss_noise);
@@ -398,7 +409,7 @@ nlohmann::json to_json(const Plan& plan) {
       {"data", plan.data},
       {"device", plan.device},
       {"config", config_to_json(plan.config)},
-      {"effective_batch", {{"policy", plan.effective_batch}, {"why", plan.effective_batch_why}}},
+      {"effective_batch", {{"policy", to_string(plan.effective_batch)}, {"why", plan.effective_batch_why}}},
       {"memory_limit_bytes", plan.memory_limit_bytes},
       {"reserve", plan.reserve},
       {"baseline", result_to_json(plan.baseline)},
@@ -440,7 +451,8 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
   p.device = r.string("device", p.device);
   p.config = config_from_json(r.object("config"));
   const FieldReader eb = r.object("effective_batch");
-  p.effective_batch = eb.name("policy", p.effective_batch, {"unchanged", "kept", "lr_rescaled"});
+  p.effective_batch = parse_effective_batch_outcome(
+      eb.name("policy", to_string(p.effective_batch), effective_batch_outcome_names()));
   p.effective_batch_why = eb.string("why", p.effective_batch_why);
   p.memory_limit_bytes =
       r.integer("memory_limit_bytes", p.memory_limit_bytes, 0, "a non-negative integer");

@@ -108,7 +108,7 @@ void print_result(std::ostream& out, const Plan& plan, const std::string& out_pa
       << format_fixed(plan.tuned.samples_per_s, 1) << " samples/s";
   if (gain > 0) out << " (" << format_fixed(gain, 2) << "×)";
   out << ", peak " << format_bytes(plan.tuned.peak_memory_bytes) << "; quality "
-      << plan.quality.status << "; " << plan.probe_steps << " trial steps in "
+      << to_string(plan.quality.status) << "; " << plan.probe_steps << " trial steps in "
       << format_duration_s(plan.tune_wall_s);
   if (plan.budget_s > 0) out << " (budget " << format_duration_s(plan.budget_s) << ")";
   out << "\n  written to " << out_path << "; run it with: saturate train --config " << out_path

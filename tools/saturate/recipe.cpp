@@ -15,6 +15,7 @@
 #include "saturate/device/device_spec.h"
 #include "saturate/device/threads.h"
 #include "saturate/distributed/data_parallel.h"
+#include "saturate/tune/effective_batch.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/tuner.h"
 
@@ -148,57 +149,20 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world
   if (!given("--flip")) f.flip = plan.flip;
   if (!given("--cache")) f.cache = plan.cache;
   if (!given("--val-fraction")) f.val_fraction = plan.quality.val_fraction;
-  if (!given("--lr")) t.lr = p.lr;
-  if (!given("--accumulate")) t.accumulate = p.accumulate;
-  // The plan's batch is per rank of its world; the rules below are about the global batch
-  // (world × per-rank batch), which is what the optimizer steps on.
-  const int plan_world = plan.config.world_size;
-  const bool same_world = world == plan_world;
-  if (!given("--batch-size")) {
-    t.batch_size = p.batch_size;
-    // "kept": the plan holds the user's global batch; more ranks take fewer samples each.
-    if (!same_world && plan.effective_batch == "kept" &&
-        (p.batch_size * plan_world) % world == 0) {
-      t.batch_size = p.batch_size * plan_world / world;
-      SATURATE_LOG_INFO("train: ", world, " ranks instead of the plan's ", plan_world,
-                        ": batch ", t.batch_size, " per rank keeps the plan's global batch ",
-                        p.batch_size * plan_world);
-    }
-  }
-  const int64_t plan_global = p.batch_size * plan_world, global = t.batch_size * world;
-  if (t.batch_size != p.batch_size && !given("--accumulate")) {
-    if (p.accumulate > 1) {
-      // The plan's micro-batch fits in memory: keep it.
-      const int64_t micro = (p.batch_size + p.accumulate - 1) / p.accumulate;
-      t.accumulate = std::max<int64_t>(1, (t.batch_size + micro - 1) / micro);
-      SATURATE_LOG_INFO("train: batch ", t.batch_size, " per rank instead of the plan's ",
-                        p.batch_size, ": ", t.accumulate, " micro-batches of at most ", micro,
-                        " (the plan's micro-batch, which fits in memory)");
-    } else {
-      t.accumulate = 1;
-    }
-  }
-  if (global == plan_global) return;
-  const std::string change =
-      "global batch " + std::to_string(global) +
-      (world > 1 ? " (" + std::to_string(world) + " ranks × " + std::to_string(t.batch_size) + ")"
-                 : std::string()) +
-      " instead of the plan's " + std::to_string(plan_global) +
-      (plan_world > 1 ? " (" + std::to_string(plan_world) + " × " + std::to_string(p.batch_size) + ")"
-                      : std::string());
-  const double scaled = rescaled_lr(p.lr, p.optimizer, plan_global, global);
-  const char* rule = p.optimizer == OptimizerKind::kSgd ? "linear, SGD" : "square root, AdamW";
-  if (given("--lr")) return;
-  if (plan.effective_batch == "lr_rescaled") {
-    t.lr = scaled;
-    SATURATE_LOG_INFO("train: ", change, ": learning rate rescaled ", format_fixed(p.lr, 6), " → ",
-                      format_fixed(t.lr, 6), " by the plan's rule (", rule, ")");
-  } else if (!same_world) {
-    // The plan made no claim about other batches: say what changed and what the rule would do.
-    SATURATE_LOG_WARN("train: ", change, "; the learning rate stays the plan's ",
-                      format_fixed(p.lr, 6), " (its effective batch is '", plan.effective_batch,
-                      "'); the ", rule, " rule would give --lr ", format_fixed(scaled, 6));
-  }
+  ReplayRequest req;
+  req.world = world;
+  req.batch_given = given("--batch-size");
+  req.batch_size = t.batch_size;
+  req.accumulate_given = given("--accumulate");
+  req.accumulate = t.accumulate;
+  req.lr_given = given("--lr");
+  req.lr = t.lr;
+  const BatchReplay r = replay_plan_batch(plan.config, plan.effective_batch, req);
+  t.batch_size = r.batch_size;
+  t.accumulate = r.accumulate;
+  t.lr = r.lr;
+  for (const std::string& line : r.info) SATURATE_LOG_INFO("train: ", line);
+  for (const std::string& line : r.warn) SATURATE_LOG_WARN("train: ", line);
 }
 
 Recipe resolve_recipe(const RecipeFlags& f, const char* command) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "saturate/tune/effective_batch.h"
 #include "saturate/tune/trial.h"
 
 namespace saturate {
@@ -52,14 +53,22 @@ struct PlanTrial {
   int64_t steps = 0;
 };
 
+/// What the quality guard concluded ("status" in plan JSON).
+enum class QualityStatus {
+  kNotRun,        ///< "not_run": nothing to check, or asked off, or interrupted
+  kAccepted,      ///< "accepted": a tuned candidate passed
+  kRejected,      ///< "rejected": every candidate failed; the plan fell back
+  kUnaffordable,  ///< "unaffordable": the budget could not pay for a meaningful run; fell back
+  kInconclusive,  ///< "inconclusive": the affordable runs were noisier than the tolerance
+};
+std::string to_string(QualityStatus s);
+const std::vector<std::string>& quality_status_names();
+
 /// The quality guard: the baseline and the tuned configuration trained on the same samples from
 /// the same seed, compared on the held-out validation metric and the final training loss,
 /// against tolerances no tighter than the metric's own seed-to-seed noise.
 struct QualityCheck {
-  /// "accepted" | "rejected" (every candidate failed; the plan fell back) | "not_run" (nothing
-  /// to check, or asked off) | "unaffordable" (the budget could not pay for a meaningful run)
-  /// | "inconclusive" (the runs it could afford were noisier than the tolerance; fell back)
-  std::string status = "not_run";
+  QualityStatus status = QualityStatus::kNotRun;
   std::string metric = "val_accuracy";
   double baseline = -1, tuned = -1;          ///< validation metric of each
   double baseline_loss = -1, tuned_loss = -1;  ///< mean training loss at the end
@@ -78,8 +87,7 @@ struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string model, data, device;
   RunConfig config;      ///< what to train with
-  /// "unchanged" | "kept" (the user's effective batch, through accumulation) | "lr_rescaled"
-  std::string effective_batch = "unchanged";
+  EffectiveBatchOutcome effective_batch = EffectiveBatchOutcome::kUnchanged;
   std::string effective_batch_why;
   int64_t memory_limit_bytes = 0;  ///< 0: the device's own
   double reserve = 0.10;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The staged tuner: baseline → precision → memory format → batch size (+ effective-batch policy) → memory savers
-// → input pipeline → threads → quality guard → plan. Every decision comes from measured trials through a
-// TrialRunner, so the same code tunes a real model and a SimulatedDevice.
+// The staged tuner: check → baseline → precision → memory format → batch size (+ effective-batch
+// policy) → memory savers → input pipeline → threads → eval batch → quality guard → confirm →
+// plan. Every decision comes from measured trials through a TrialRunner, so the same code tunes a
+// real model and a SimulatedDevice. The stages are a table in src/tune/tuner.cpp, one file each
+// under src/tune/stages/.
 //
 //   TuneOptions o;  o.precisions = {Precision::kBf16};
 //   Plan plan = tune(runner, base, o, [](const PlanStage& s) { print(s); });
@@ -14,19 +16,11 @@
 #include <vector>
 
 #include "saturate/tune/batch_search.h"
+#include "saturate/tune/effective_batch.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/trial.h"
 
 namespace saturate {
-
-/// How a batch-size change treats the user's effective batch (samples per optimizer step).
-enum class EffectiveBatch {
-  kAuto,     ///< keep it through accumulation when the batch shrinks; rescale the LR when it grows
-  kKeep,     ///< never change it: a larger batch is not taken, a smaller one accumulates
-  kRescale,  ///< take the measured best batch and rescale the LR (linear SGD, √ AdamW)
-};
-EffectiveBatch parse_effective_batch(const std::string& text);  ///< auto|keep|rescale
-std::string to_string(EffectiveBatch e);
 
 struct TuneOptions {
   BatchSearchOptions search;
@@ -78,8 +72,7 @@ struct TuneOptions {
 Plan tune(TrialRunner& runner, const RunConfig& base, const TuneOptions& options,
           const std::function<void(const PlanStage&)>& on_stage = {});
 
-/// The learning rate for a batch changed from `from` to `to` samples per step: linear for SGD,
-/// square root for AdamW.
-double rescaled_lr(double lr, OptimizerKind optimizer, int64_t from, int64_t to);
+/// The stages tune() walks, in order (src/tune/stages/, one file each).
+std::vector<std::string> tune_stage_names();
 
 }  // namespace saturate

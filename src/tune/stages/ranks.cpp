@@ -9,7 +9,7 @@
 #include "saturate/core/units.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/tune/noise_rule.h"
-#include "saturate/tune/tuner.h"
+#include "saturate/tune/effective_batch.h"
 
 namespace saturate {
 namespace {
@@ -38,8 +38,7 @@ RunConfig as_ranks(const RunConfig& c, int ranks, int threads) {
   out.world_size = ranks;
   out.threads = threads;
   out.train.batch_size = c.train.batch_size * c.world_size / ranks;
-  const int64_t micro = c.micro_batch();
-  out.train.accumulate = std::max<int64_t>(1, (out.train.batch_size + micro - 1) / micro);
+  out.train.accumulate = micro_batches_for(out.train.batch_size, c.micro_batch());
   return out;
 }
 
@@ -107,6 +106,59 @@ std::string measured_text(const std::vector<Candidate>& candidates, int64_t glob
   return s;
 }
 
+struct RoundsEnd {
+  bool interrupted = false, out_of_budget = false;
+};
+
+// Rounds alternate the candidates, so a drift of the machine's speed touches each alike. A stop
+// (Ctrl-C, or a job that reports one) or the budget ends them.
+RoundsEnd run_rounds(Plan& plan, std::vector<Candidate>& candidates, const RanksStageOptions& o,
+                     JobRunner& runner, int64_t steps, double per_run_s) {
+  // Time spent: the clock's, or the runs' own account of it where that is more.
+  const auto start = std::chrono::steady_clock::now();
+  double runs_wall_s = 0;
+  auto spent_s = [&] {
+    return std::max(runs_wall_s,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
+  const int64_t memory_target = o.memory_limit_bytes > 0
+      ? static_cast<int64_t>(static_cast<double>(o.memory_limit_bytes) * (1.0 - o.reserve)) : 0;
+  RoundsEnd end;
+  for (int round = 0; round < o.rounds; ++round) {
+    for (Candidate& c : candidates) {
+      if (!c.failed.empty()) continue;
+      if (o.stop && o.stop->load()) return end.interrupted = true, end;
+      if (o.budget_left_s >= 0 && spent_s() + per_run_s > o.budget_left_s)
+        return end.out_of_budget = true, end;
+      const JobOutcome out = runner.run({c.config, steps});
+      runs_wall_s += out.wall_s;
+      if (out.wall_s > 0) per_run_s = std::max(per_run_s, out.wall_s);
+      if (out.status == JobStatus::kInterrupted) return end.interrupted = true, end;
+      record_trial(plan, c, out, round, steps);
+      if (out.status == JobStatus::kFailed) {
+        c.failed = out.reason.empty() ? "it failed" : out.reason;
+        continue;
+      }
+      c.job_samples_per_s.push_back(out.job_samples_per_s);
+      c.peak_memory_bytes = std::max(c.peak_memory_bytes, out.peak_memory_bytes);
+      c.over_memory = memory_target > 0 && c.peak_memory_bytes * c.ranks > memory_target;
+    }
+  }
+  return end;
+}
+
+std::string verdict_text(const Candidate& one, const Candidate& best, bool change,
+                         bool interrupted, double min_gain) {
+  if (interrupted) return "interrupted: the plan keeps its processes";
+  if (!one.usable()) return "one process could not be measured: kept the plan's processes";
+  if (change)
+    return "kept " + best.describe() +
+           " (run it with saturate train --config, which starts the ranks)";
+  if (&best == &one) return "one process is fastest";
+  return "kept one process: " + best.describe() + " is not faster beyond " +
+         format_fixed(100 * min_gain, 0) + "% and the runs' noise";
+}
+
 }  // namespace
 
 void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
@@ -135,45 +187,8 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
     plan.stages.push_back(stage);
     return;
   }
-  // Time spent: the clock's, or the runs' own account of it where that is more.
-  const auto start = std::chrono::steady_clock::now();
-  double runs_wall_s = 0;
-  auto spent_s = [&] {
-    return std::max(runs_wall_s,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  };
-  const int64_t memory_target = o.memory_limit_bytes > 0
-      ? static_cast<int64_t>(static_cast<double>(o.memory_limit_bytes) * (1.0 - o.reserve)) : 0;
-  bool interrupted = false, out_of_budget = false;
-  // Rounds alternate the candidates, so a drift of the machine's speed touches each alike.
-  for (int round = 0; round < o.rounds && !interrupted && !out_of_budget; ++round) {
-    for (Candidate& c : candidates) {
-      if (!c.failed.empty()) continue;
-      if (o.stop && o.stop->load()) {
-        interrupted = true;
-        break;
-      }
-      if (o.budget_left_s >= 0 && spent_s() + per_run_s > o.budget_left_s) {
-        out_of_budget = true;
-        break;
-      }
-      const JobOutcome out = runner.run({c.config, steps});
-      runs_wall_s += out.wall_s;
-      if (out.wall_s > 0) per_run_s = std::max(per_run_s, out.wall_s);
-      if (out.status == JobStatus::kInterrupted) {
-        interrupted = true;
-        break;
-      }
-      record_trial(plan, c, out, round, steps);
-      if (out.status == JobStatus::kFailed) {
-        c.failed = out.reason.empty() ? "it failed" : out.reason;
-        continue;
-      }
-      c.job_samples_per_s.push_back(out.job_samples_per_s);
-      c.peak_memory_bytes = std::max(c.peak_memory_bytes, out.peak_memory_bytes);
-      c.over_memory = memory_target > 0 && c.peak_memory_bytes * c.ranks > memory_target;
-    }
-  }
+  const RoundsEnd end = run_rounds(plan, candidates, o, runner, steps, per_run_s);
+  const bool interrupted = end.interrupted;
   const Candidate& one = candidates[0];
   const Candidate* best = &one;
   for (const Candidate& c : candidates) {
@@ -186,28 +201,16 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
   stage.before_samples_per_s = one.median();
   stage.after_samples_per_s = change ? best->median() : one.median();
   stage.changed = change;
-  std::string verdict;
-  if (interrupted) {
-    verdict = "interrupted: the plan keeps its processes";
-  } else if (!one.usable()) {
-    verdict = "one process could not be measured: kept the plan's processes";
-  } else if (change) {
-    verdict = "kept " + best->describe() + " (run it with saturate train --config, which starts the ranks)";
-  } else if (best == &one) {
-    verdict = "one process is fastest";
-  } else {
-    verdict = "kept one process: " + best->describe() + " is not faster beyond " +
-              format_fixed(100 * o.min_gain, 0) + "% and the runs' noise";
-  }
   stage.why = "global batch " + std::to_string(global) + ", samples/s of the job (median of " +
               std::to_string(o.rounds) + " train runs of " + std::to_string(steps) +
               " steps each): " + measured_text(candidates, global) +
-              (out_of_budget ? "; stopped at the budget" : "") + "; " + verdict;
+              (end.out_of_budget ? "; stopped at the budget" : "") + "; " +
+              verdict_text(one, *best, change, interrupted, o.min_gain);
   if (change) {
     plan.config = best->config;
     plan.tuned.samples_per_s = best->median();
     const int64_t rounded = best->config.train.batch_size * best->ranks;
-    if (rounded != global && plan.effective_batch == "lr_rescaled")
+    if (rounded != global && plan.effective_batch == EffectiveBatchOutcome::kLrRescaled)
       plan.config.train.lr = rescaled_lr(tuned.train.lr, tuned.train.optimizer, global, rounded);
   }
   if (interrupted) plan.interrupted = true;

@@ -39,7 +39,7 @@ Plan full_plan() {
   p.data = "idx:/data/fmnist";
   p.device = "cuda:0";
   p.config = tuned_config();
-  p.effective_batch = "kept";
+  p.effective_batch = EffectiveBatchOutcome::kKept;
   p.effective_batch_why = "batch 384 as 3 micro-batches of 128 keeps the user's 384";
   p.memory_limit_bytes = int64_t{2} << 30;
   p.reserve = 0.15;
@@ -101,7 +101,7 @@ TEST(Plan, RoundTripsThroughJson) {
   EXPECT_EQ(q.data, p.data);
   EXPECT_EQ(q.device, p.device);
   expect_config_eq(q.config, p.config);
-  EXPECT_EQ(q.effective_batch, "kept");
+  EXPECT_EQ(q.effective_batch, EffectiveBatchOutcome::kKept);
   EXPECT_EQ(q.effective_batch_why, p.effective_batch_why);
   EXPECT_EQ(q.memory_limit_bytes, p.memory_limit_bytes);
   EXPECT_EQ(q.reserve, p.reserve);
@@ -170,7 +170,7 @@ TEST(Plan, MinimalHandWrittenPlanKeepsDefaults) {
   EXPECT_EQ(p.config.threads, 0);
   EXPECT_EQ(p.model, "");
   EXPECT_EQ(p.data, "");
-  EXPECT_EQ(p.effective_batch, "unchanged");
+  EXPECT_EQ(p.effective_batch, EffectiveBatchOutcome::kUnchanged);
   EXPECT_TRUE(p.stages.empty());
   EXPECT_TRUE(p.trials.empty());
   EXPECT_EQ(p.quality.metric, "val_accuracy");
@@ -325,7 +325,7 @@ TEST(Plan, Issue13_RoundTripsTheRecipeInputAndGuardFacts) {
   p.cache = "1GiB";
   p.interrupted = true;
   p.budget_s = 240;
-  p.quality.status = "unaffordable";
+  p.quality.status = QualityStatus::kUnaffordable;
   p.quality.val_fraction = 0.05;
   p.quality.val_samples = 3000;
   p.quality.metric_noise = 0.004;
@@ -340,7 +340,7 @@ TEST(Plan, Issue13_RoundTripsTheRecipeInputAndGuardFacts) {
   EXPECT_EQ(q.cache, "1GiB");
   EXPECT_TRUE(q.interrupted);
   EXPECT_DOUBLE_EQ(q.budget_s, 240);
-  EXPECT_EQ(q.quality.status, "unaffordable");
+  EXPECT_EQ(q.quality.status, QualityStatus::kUnaffordable);
   EXPECT_DOUBLE_EQ(q.quality.val_fraction, 0.05);
   EXPECT_EQ(q.quality.val_samples, 3000);
   EXPECT_DOUBLE_EQ(q.quality.metric_noise, 0.004);

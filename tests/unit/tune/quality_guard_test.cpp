@@ -63,7 +63,7 @@ TEST(QualityGuardReal, Issue13_RejectsALinearlyRescaledSgdRateThatDiverges) {
   EXPECT_EQ(plan.config.train.batch_size, 8) << plan.quality.why;
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 0.01);
   EXPECT_GT(plan.quality.baseline, 0.6) << "the baseline learned something";
-  EXPECT_NE(plan.effective_batch, "lr_rescaled");
+  EXPECT_NE(plan.effective_batch, EffectiveBatchOutcome::kLrRescaled);
   EXPECT_GE(plan.quality.metric_noise, 0.0);
 }
 
@@ -86,7 +86,7 @@ TEST(QualityGuardReal, Issue13_AcceptsAHarmlessSquareRootRescaleForAdamW) {
   std::string stages;
   for (const PlanStage& s : plan.stages) stages += "\n" + s.name + ": " + s.why;
   ASSERT_EQ(plan.config.train.batch_size, 16) << plan.quality.why << stages;
-  EXPECT_EQ(plan.quality.status, "accepted") << plan.quality.why;
+  EXPECT_EQ(plan.quality.status, QualityStatus::kAccepted) << plan.quality.why;
   EXPECT_TRUE(plan.quality.accepted);
   EXPECT_GT(plan.quality.baseline, 0.6) << "the baseline learned something";
   EXPECT_GE(plan.quality.tuned, plan.quality.baseline - plan.quality.tolerance);

@@ -43,7 +43,7 @@ Plan tuned_plan(int64_t batch = 256) {
   p.config.train.batch_size = batch;
   p.config.threads = 4;
   p.tuned.samples_per_s = 4000;
-  p.effective_batch = "lr_rescaled";
+  p.effective_batch = EffectiveBatchOutcome::kLrRescaled;
   return p;
 }
 

@@ -82,7 +82,7 @@ TEST(Tuner, Issue5_TakesFasterPrecisionAndBatchAndRescalesTheLearningRate) {
   EXPECT_EQ(p.config.train.precision, Precision::kBf16);
   EXPECT_TRUE(stage(p, "precision").changed);
   EXPECT_GT(p.config.train.batch_size, 64);
-  EXPECT_EQ(p.effective_batch, "lr_rescaled");
+  EXPECT_EQ(p.effective_batch, EffectiveBatchOutcome::kLrRescaled);
   // Square-root rule for AdamW.
   const double k = static_cast<double>(p.config.train.batch_size) / 64.0;
   EXPECT_NEAR(p.config.train.lr, 3e-3 * std::sqrt(k), 1e-12);
@@ -150,7 +150,7 @@ TEST(Tuner, Issue5_WhenTheUsersBatchDoesNotFitItIsKeptThroughAccumulation) {
   EXPECT_NE(stage(plan, "baseline").why.find("memory binds"), std::string::npos);
   EXPECT_EQ(plan.config.train.batch_size, 4096);
   EXPECT_GT(plan.config.train.accumulate, 1);
-  EXPECT_EQ(plan.effective_batch, "kept");
+  EXPECT_EQ(plan.effective_batch, EffectiveBatchOutcome::kKept);
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
   // The memory-saver stage compared recomputation against accumulation and said which won.
   const PlanStage& savers = stage(plan, "memory_savers");
@@ -164,7 +164,7 @@ TEST(Tuner, KeepPolicyNeverChangesTheEffectiveBatch) {
   o.effective_batch = EffectiveBatch::kKeep;
   const Plan plan = tune(dev, user(64), o);
   EXPECT_EQ(plan.config.train.batch_size * 1, 64);
-  EXPECT_EQ(plan.effective_batch, "kept");
+  EXPECT_EQ(plan.effective_batch, EffectiveBatchOutcome::kKept);
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
 }
 
@@ -189,7 +189,7 @@ TEST(Tuner, ASpentBudgetSkipsOptionalStagesAndSaysSo) {
   EXPECT_EQ(plan.config.train.precision, Precision::kFp32);
   EXPECT_NE(stage(plan, "batch_size").why.find("--budget-s"), std::string::npos);
   EXPECT_EQ(plan.config.train.batch_size, 64);
-  EXPECT_EQ(plan.quality.status, "not_run");  // nothing changed that it would have to judge
+  EXPECT_EQ(plan.quality.status, QualityStatus::kNotRun);  // nothing changed that it would have to judge
 }
 
 namespace {
@@ -250,7 +250,7 @@ TEST(Tuner, Issue13_TheGuardFitsItsRunsIntoTheBudgetOrSaysItCannot) {
   o.quality_samples = 1000000;
   o.budget_s = 1.0;
   const Plan plan = tune(runner, user(64), o);
-  EXPECT_EQ(plan.quality.status, "unaffordable") << plan.quality.why;
+  EXPECT_EQ(plan.quality.status, QualityStatus::kUnaffordable) << plan.quality.why;
   EXPECT_EQ(runner.quality_runs, 0);
   EXPECT_NE(plan.quality.why.find("--budget-s"), std::string::npos) << plan.quality.why;
   EXPECT_EQ(plan.config.train.batch_size, 64);
@@ -294,7 +294,7 @@ TEST(Tuner, Issue13_CtrlCStopsAtATrialBoundaryWithAPartialPlan) {
   const Plan plan = tune(runner, user(64), o);
   EXPECT_TRUE(plan.interrupted);
   EXPECT_EQ(plan.stages.back().name, "interrupted");
-  EXPECT_EQ(plan.quality.status, "not_run");
+  EXPECT_EQ(plan.quality.status, QualityStatus::kNotRun);
   EXPECT_EQ(runner.quality_runs, 0);
   EXPECT_GT(plan.config.train.batch_size, 0);
 }
@@ -402,7 +402,7 @@ TEST(Tuner, Issue13_AGuardNoisierThanItsToleranceIsInconclusiveAndFallsBack) {
   SimulatedDevice dev(p, 27);
   const Plan plan = tune(dev, user(64), options());
   ASSERT_GT(plan.quality.metric_noise, 0.025) << plan.quality.why;
-  EXPECT_EQ(plan.quality.status, "inconclusive") << plan.quality.why;
+  EXPECT_EQ(plan.quality.status, QualityStatus::kInconclusive) << plan.quality.why;
   EXPECT_FALSE(plan.quality.accepted);
   EXPECT_EQ(plan.config.train.batch_size, 64);
   EXPECT_EQ(plan.config.train.precision, Precision::kFp32);
@@ -422,7 +422,7 @@ TEST(Tuner, Issue34_TheGuardsFallBackKeepsTheTunedEvalBatch) {
   const Plan plan = tune(dev, user(64), o, [&](const PlanStage& s) {
     if (s.name == "eval_batch") eval_why = s.why;
   });
-  ASSERT_EQ(plan.quality.status, "inconclusive") << plan.quality.why;
+  ASSERT_EQ(plan.quality.status, QualityStatus::kInconclusive) << plan.quality.why;
   const std::string tag = ": batch ";
   const size_t at = eval_why.rfind(tag);
   ASSERT_NE(at, std::string::npos) << eval_why;
@@ -446,7 +446,7 @@ TEST(Tuner, Issue13_ABatchThatIsNotFasterBeyondNoiseLeavesTheUsersBatch) {
   EXPECT_EQ(plan.config.train.batch_size, 64);
   EXPECT_EQ(plan.config.train.accumulate, 1);
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
-  EXPECT_EQ(plan.effective_batch, "unchanged");
+  EXPECT_EQ(plan.effective_batch, EffectiveBatchOutcome::kUnchanged);
   const PlanStage& b = stage(plan, "batch_size");
   EXPECT_FALSE(b.changed);
   EXPECT_NE(b.why.find("kept your batch"), std::string::npos) << b.why;
@@ -535,7 +535,7 @@ TEST(Tuner, Issue13_AFreshMeasurementKeepsTheUsersConfigurationWhenTheTunedOneIs
   EXPECT_EQ(plan.config.train.precision, Precision::kFp32) << c.why;
   EXPECT_EQ(plan.config.train.batch_size, 64) << c.why;
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
-  EXPECT_EQ(plan.quality.status, "not_run") << plan.quality.why;
+  EXPECT_EQ(plan.quality.status, QualityStatus::kNotRun) << plan.quality.why;
   EXPECT_NE(c.why.find("faster beyond noise in every round"), std::string::npos) << c.why;
 }
 

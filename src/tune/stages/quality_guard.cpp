@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: Apache-2.0
+// Stage "quality_guard": short trainings of the user's optimisation (two seeds, for the metric's
+// own noise) and of the tuned candidates, from the tuned configuration back towards the user's
+// (first the effective-batch change undone, then the precision), compared on held-out data. The
+// first candidate that passes is the plan; when none does, or the runs cannot be afforded or
+// cannot judge, the plan falls back to the user's optimisation with the math-preserving
+// settings. The decisions are guard_rules.h's.
+#include <algorithm>
+#include <sstream>
+
+#include "saturate/core/strings.h"
+#include "saturate/core/units.h"
+#include "saturate/tune/guard_rules.h"
+#include "tune_state.h"
+
+namespace saturate::tune_detail {
+namespace {
+
+// The fall-back: the user's optimisation, measured, with why the guard gave up.
+void give_up(TuneState& s, const RunConfig& ref, QualityStatus status, const std::string& why,
+             const std::string& why_policy) {
+  const double after = TuneState::sps(s.current_out);
+  QualityCheck& q = s.plan.quality;
+  q.status = status;
+  q.why = why;
+  const TrialOutcome& out = s.measured(ref, "quality_guard");
+  s.set_effective_batch(ref.train.accumulate > 1 ? EffectiveBatchOutcome::kKept
+                                                 : EffectiveBatchOutcome::kUnchanged,
+                        why_policy);
+  s.adopt(ref, out);
+  s.finish_stage("quality_guard", after, TuneState::sps(s.current_out), true, q.why);
+}
+
+std::vector<RunConfig> candidates_for(const TuneState& s, const RunConfig& ref) {
+  std::vector<RunConfig> out = {s.current};
+  if (s.plan.effective_batch == EffectiveBatchOutcome::kLrRescaled) {
+    RunConfig c = s.current;
+    c.train.batch_size = ref.train.batch_size;
+    c.train.lr = ref.train.lr;
+    c.train.accumulate = ref.train.accumulate;
+    c.train.warmup_steps = ref.train.warmup_steps;
+    out.push_back(c);
+  }
+  if (s.current.train.precision != ref.train.precision) {
+    RunConfig c = out.back();
+    c.train.precision = ref.train.precision;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The runs' cost from what was measured; a configuration not measured yet is assumed as slow
+// as the slowest one that was.
+GuardCost cost_of(const TuneState& s, const RunConfig& ref, const std::vector<RunConfig>& cands) {
+  GuardCost cost;
+  cost.slowest_samples_per_s =
+      std::max(1e-9, std::min(TuneState::sps(s.current_out),
+                              std::max(s.known_sps(ref), s.plan.baseline.samples_per_s)));
+  auto seconds_per_sample_of = [&](const RunConfig& c) {
+    const double v = s.known_sps(c);
+    return 1.0 / (v > 0 ? v : cost.slowest_samples_per_s);
+  };
+  cost.seconds_per_sample = 2.0 * seconds_per_sample_of(ref);  // the baseline's two seeds
+  cost.largest_batch = ref.train.batch_size;
+  for (const RunConfig& c : cands) {
+    cost.seconds_per_sample += seconds_per_sample_of(c);
+    cost.largest_batch = std::max(cost.largest_batch, c.train.batch_size);
+  }
+  cost.runs = static_cast<int>(2 + cands.size());
+  return cost;
+}
+
+std::string unaffordable_why(const TuneState& s, const GuardSizing& z, const GuardCost& cost,
+                             const RunConfig& ref) {
+  const double left = s.left_s();
+  return "not run: " + format_fixed(std::max(0.0, left), 0) + " s of the --budget-s " +
+         format_fixed(s.o.budget_s, 0) + " s is left, enough for " +
+         std::to_string(std::max<int64_t>(0, z.samples)) + " training samples per run (" +
+         std::to_string(cost.runs) + " runs); a meaningful guard needs " +
+         std::to_string(z.needed) + " (" + std::to_string(s.o.min_quality_steps) +
+         " steps of batch " + std::to_string(cost.largest_batch) +
+         "); kept only changes that leave the optimisation as it was: " + ref.describe();
+}
+
+std::string inconclusive_why(const TuneState& s, int64_t samples, const RunConfig& ref) {
+  const QualityCheck& q = s.plan.quality;
+  return std::to_string(samples) +
+         " training samples per run (what the budget affords): seed-to-seed noise: the "
+         "baseline's two seeds differ by " +
+         format_fixed(100 * q.metric_noise, 2) + " points of " + q.metric + ", more than " +
+         format_fixed(s.o.max_tolerance_factor / 2 * 100 * s.o.quality_tolerance, 1) +
+         " points, so these runs cannot judge a change; kept only changes that leave the "
+         "optimisation as it was: " + ref.describe() +
+         " (a larger --budget-s or --quality-samples buys longer runs)";
+}
+
+// Trains each candidate in order; the first that passes is adopted. Returns the verdicts' text.
+std::string judge_candidates(TuneState& s, const std::vector<RunConfig>& candidates,
+                             const QualityRun& b, const GuardTolerances& tol, int64_t samples) {
+  QualityCheck& q = s.plan.quality;
+  std::ostringstream why;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const RunConfig& c = candidates[i];
+    s.check_stop();
+    const QualityRun t = s.runner.train_and_validate(c, samples);
+    why << "; " << c.describe() << ", lr " << format_fixed(c.train.lr, 6) << ": ";
+    const GuardVerdict v = judge_candidate(b, t, tol, s.target_bytes());
+    if (!v.fits) {
+      why << "rejected (" << v.reasons() << ")";
+      continue;
+    }
+    why << q.metric << " " << format_fixed(100 * t.validation_metric, 2) << "% vs "
+        << format_fixed(100 * b.validation_metric, 2) << "%, loss "
+        << format_fixed(t.final_loss, 4) << " vs " << format_fixed(b.final_loss, 4);
+    if (!v.accepted()) {
+      why << ": rejected (" << v.reasons() << ")";
+      continue;
+    }
+    q.accepted = true;
+    q.status = QualityStatus::kAccepted;
+    q.tuned = t.validation_metric;
+    q.tuned_loss = t.final_loss;
+    q.tuned_losses = t.losses;
+    s.plan.tuned.validation_metric = t.validation_metric;
+    s.plan.tuned.final_loss = t.final_loss;
+    why << ": accepted";
+    if (i > 0)
+      s.set_effective_batch(c.train.accumulate > 1 ? EffectiveBatchOutcome::kKept
+                                                   : EffectiveBatchOutcome::kUnchanged,
+                            "the quality guard rejected the rescaled batch");
+    s.adopt(c, s.measured(c, "quality_guard"));
+    break;
+  }
+  return why.str();
+}
+
+// Nothing to judge: the guard was not asked for, or the batch, precision and LR are the user's.
+bool nothing_to_check(TuneState& s) {
+  QualityCheck& q = s.plan.quality;
+  const TrainOptions &now = s.current.train, &user = s.base.train;
+  if (s.o.quality_samples <= 0) {
+    q.why = "not run (no quality samples asked for)";
+  } else if (now.batch_size == user.batch_size && now.precision == user.precision &&
+             now.lr == user.lr) {
+    q.accepted = true;
+    q.why = "nothing to check: batch, precision and learning rate are the user's";
+  } else {
+    return false;
+  }
+  q.status = QualityStatus::kNotRun;
+  const double after = TuneState::sps(s.current_out);
+  s.finish_stage("quality_guard", after, after, false, q.why);
+  return true;
+}
+
+}  // namespace
+
+void quality_guard(TuneState& s) {
+  QualityCheck& q = s.plan.quality;
+  q.tolerance = s.o.quality_tolerance;
+  if (nothing_to_check(s)) return;
+  const double after = TuneState::sps(s.current_out);
+  const RunConfig ref = s.safe_reference();
+  const std::vector<RunConfig> candidates = candidates_for(s, ref);
+  const GuardCost cost = cost_of(s, ref, candidates);
+  const GuardSizing z = size_guard(cost, s.o, s.left_s());
+  if (!z.affordable())
+    return give_up(s, ref, QualityStatus::kUnaffordable, unaffordable_why(s, z, cost, ref),
+                   "the quality guard could not run in the budget, so the batch, precision and "
+                   "learning rate stay yours");
+  q.samples = z.samples;
+  s.check_stop();
+  const QualityRun b = s.runner.train_and_validate(ref, z.samples);
+  s.check_stop();
+  RunConfig ref2 = ref;
+  ref2.train.seed = ref.train.seed + 1;
+  const QualityRun b2 = s.runner.train_and_validate(ref2, z.samples);
+  if (!b.fits || !b2.fits)
+    return give_up(s, ref, QualityStatus::kRejected,
+                   "the baseline ran out of memory in its quality run; kept " + ref.describe(),
+                   "the quality guard could not run the baseline");
+  const GuardTolerances tol = guard_tolerances(b, b2, s.o);
+  q.baseline = b.validation_metric;
+  q.baseline_loss = b.final_loss;
+  q.baseline_losses = b.losses;
+  q.metric_noise = tol.metric_noise;
+  q.loss_noise = tol.loss_noise;
+  q.tolerance = tol.metric;
+  s.plan.baseline.validation_metric = b.validation_metric;
+  s.plan.baseline.final_loss = b.final_loss;
+  // Runs so short that two seeds of the same configuration disagree by several tolerances
+  // cannot tell a harmful change from a harmless one: say so rather than accept anything.
+  if (!tol.conclusive)
+    return give_up(s, ref, QualityStatus::kInconclusive, inconclusive_why(s, z.samples, ref),
+                   "the quality guard's runs were too short to judge the batch change");
+  std::ostringstream why;
+  why << z.samples << " training samples per run; seed-to-seed noise " << q.metric << " "
+      << format_fixed(100 * q.metric_noise, 2) << " points, loss " << pct(q.loss_noise)
+      << ": rejects an accuracy drop above " << format_fixed(100 * tol.metric, 2)
+      << " points or a loss rise above " << pct(tol.loss)
+      << judge_candidates(s, candidates, b, tol, z.samples);
+  if (!q.accepted) {
+    q.tuned = b.validation_metric;
+    q.tuned_loss = b.final_loss;
+    q.tuned_losses = b.losses;
+    why << "; fell back to " << ref.describe();
+    give_up(s, ref, QualityStatus::kRejected, why.str(),
+            "every tuned candidate failed the quality guard");
+    return;
+  }
+  q.why = why.str();
+  s.finish_stage("quality_guard", after, TuneState::sps(s.current_out),
+                 s.current.describe() != candidates[0].describe() ||
+                     s.current.train.lr != candidates[0].train.lr,
+                 q.why);
+}
+
+}  // namespace saturate::tune_detail
