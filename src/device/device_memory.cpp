@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/device/device_memory.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "device/device_memory_impl.h"
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
@@ -42,6 +46,12 @@ std::unique_ptr<DeviceMemory> make_device_memory(const c10::Device& device, int6
   }
   SATURATE_CHECK(device.is_cuda(), "memory: no memory accounting for device ", device.str());
   return detail::make_cuda_device_memory(device.has_index() ? device.index() : 0, limit_bytes);
+}
+
+int64_t host_memory_share(int local_ranks) {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<int64_t>(pages) * page / std::max(1, local_ranks);
 }
 
 }  // namespace saturate

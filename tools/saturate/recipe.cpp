@@ -24,9 +24,9 @@ namespace saturate::cli {
 namespace {
 // Less than this cannot hold a model, a batch and an optimizer: a typo, not a plan.
 constexpr int64_t kMinMemoryLimitBytes = int64_t{1} << 20;
-}  // namespace
 
-void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
+// What to train and how the optimizer steps (the first block of every recipe command's help).
+void add_run_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   TrainOptions& t = f.train;
   if (use != RecipeUse::kTune) {
     app.add_option("--config", f.config,
@@ -54,6 +54,11 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
       ->capture_default_str();
   app.add_option("--warmup-steps", t.warmup_steps, "linear LR warm-up steps; -1 = 2% of the run")
       ->capture_default_str();
+}
+
+// How each step runs: precision, layout, memory, threads, seed.
+void add_step_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
+  TrainOptions& t = f.train;
   app.add_option("--precision", f.precision, "fp32, tf32 (CUDA), bf16, fp16 (CUDA) or auto")
       ->capture_default_str();
   app.add_option("--memory-format", f.memory_format,
@@ -79,6 +84,11 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "gradual underflow)")
       ->capture_default_str();
   app.add_option("--seed", t.seed, "seed for weights and data order")->capture_default_str();
+}
+
+// The input pipeline, the validation split, and data parallelism.
+void add_input_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
+  TrainOptions& t = f.train;
   app.add_option("--workers", f.workers,
                  "input-pipeline threads making batches ahead of training; 0 = in the training "
                  "thread")
@@ -102,21 +112,27 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "evaluate the validation split every N steps as well as at the end; 0 = at "
                  "the end")
       ->capture_default_str();
-  {
-    app.add_option("--backend", f.backend,
-                   "data parallel (under torchrun or srun): auto (NCCL on CUDA, Gloo on CPU), "
-                   "gloo or nccl")
+  app.add_option("--backend", f.backend,
+                 "data parallel (under torchrun or srun): auto (NCCL on CUDA, Gloo on CPU), "
+                 "gloo or nccl")
+      ->capture_default_str();
+  if (use != RecipeUse::kTune)
+    app.add_option("--ranks", f.ranks,
+                   "data-parallel processes to start on this node (as saturate launch does); "
+                   "default the plan's world size, else 1")
         ->capture_default_str();
-    if (use != RecipeUse::kTune)
-      app.add_option("--ranks", f.ranks,
-                     "data-parallel processes to start on this node (as saturate launch does); "
-                     "default the plan's world size, else 1")
-          ->capture_default_str();
-    app.add_option("--dist-timeout", f.dist_timeout_s,
-                   "data parallel: seconds to wait for the other ranks (rendezvous, "
-                   "collectives)")
-        ->capture_default_str();
-  }
+  app.add_option("--dist-timeout", f.dist_timeout_s,
+                 "data parallel: seconds to wait for the other ranks (rendezvous, "
+                 "collectives)")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
+  add_run_flags(app, f, use);
+  add_step_flags(app, f, use);
+  add_input_flags(app, f, use);
 }
 
 void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world) {

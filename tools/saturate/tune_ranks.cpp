@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tune_ranks.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +13,11 @@
 #include "command.h"
 #include "saturate/core/json.h"
 #include "saturate/core/strings.h"
+#include "saturate/device/threads.h"
 #include "saturate/distributed/launcher.h"
+#include "saturate/models/model.h"
+#include "saturate/report/plan_report.h"
+#include "saturate/tune/ranks_stage.h"
 
 namespace saturate::cli {
 
@@ -62,6 +68,30 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   job.job_samples_per_s = s["job_samples_per_s"].get<double>();
   job.peak_memory_bytes = s.value("peak_memory_bytes", int64_t{0});
   return job;
+}
+
+void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& input,
+                     const std::string& model, int max_ranks, double budget_s,
+                     int64_t memory_limit_bytes) {
+  RanksStageOptions ri;
+  ri.on_cpu = recipe.device.is_cpu();
+  ri.cores = usable_cores();
+  ri.max_ranks = max_ranks > 0 ? max_ranks : ri.cores;
+  {
+    auto m = make_model(model, {input.sample_shape, input.num_classes});
+    ri.model_has_buffers = m->state_tensors().size() > m->parameters().size();
+  }
+  ri.budget_left_s = budget_s > 0 ? std::max(0.0, budget_s - plan.tune_wall_s) : -1.0;
+  ri.stop = &g_interrupted;
+  // Every process of a candidate on this host shares the memory the trials planned for.
+  ri.memory_limit_bytes = memory_limit_bytes;
+  ri.reserve = plan.reserve;
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t stages = plan.stages.size();
+  LaunchJobRunner jobs(plan);
+  tune_ranks(plan, ri, jobs);
+  if (plan.stages.size() > stages) print_plan_stage(std::cout, plan.stages.back());
+  plan.tune_wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace saturate::cli

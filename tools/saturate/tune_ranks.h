@@ -8,8 +8,10 @@
 #include <string>
 
 #include "saturate/core/temp_folder.h"
+#include "saturate/data/training_input.h"
 #include "saturate/tune/job_runner.h"
 #include "saturate/tune/plan.h"
+#include "recipe.h"
 
 namespace saturate::cli {
 
@@ -26,5 +28,12 @@ class LaunchJobRunner : public JobRunner {
   TempFolder scratch_;
   std::string plan_path_, summary_path_;
 };
+
+/// The ranks stage of `saturate tune` on this host: 1 process against 2, 4, ... (up to
+/// `max_ranks`, 0: the usable cores) through LaunchJobRunner, inside the budget the tune left;
+/// prints the stage when it ran and adds its time to the plan's.
+void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& input,
+                     const std::string& model, int max_ranks, double budget_s,
+                     int64_t memory_limit_bytes);
 
 }  // namespace saturate::cli

@@ -43,4 +43,8 @@ class DeviceMemory {
 /// CUDA device in a build without CUDA.
 std::unique_ptr<DeviceMemory> make_device_memory(const c10::Device& device, int64_t limit_bytes);
 
+/// The host memory free now (available physical pages), shared evenly by `local_ranks` processes
+/// of one node; 0 when unknown.
+int64_t host_memory_share(int local_ranks);
+
 }  // namespace saturate

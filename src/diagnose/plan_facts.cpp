@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/diagnose/plan_facts.h"
+
+#include <algorithm>
+
+namespace saturate {
+
+void add_plan_facts(RunFacts& facts, const Plan& plan, int64_t memory_limit_bytes) {
+  StepRecord tuned_step;
+  const PhaseBreakdown& ph = plan.tuned.phases;
+  tuned_step.data_wait_ms = ph.data_wait_ms;
+  tuned_step.host_to_device_ms = ph.host_to_device_ms;
+  tuned_step.forward_ms = ph.forward_ms;
+  tuned_step.backward_ms = ph.backward_ms;
+  tuned_step.optimizer_ms = ph.optimizer_ms;
+  tuned_step.communication_ms = ph.communication_ms;
+  tuned_step.other_ms = ph.other_ms;
+  tuned_step.step_ms = ph.step_ms;
+  facts.steps = {tuned_step};
+  double fp32_sps = 0, bf16_sps = 0, fp16_sps = 0;
+  for (const PlanTrial& t : plan.trials) {
+    if ((t.stage != "precision" && t.stage != "baseline") || !t.fits) continue;
+    const Precision p = t.config.train.precision;
+    double& slot = p == Precision::kBf16 ? bf16_sps : p == Precision::kFp16 ? fp16_sps : fp32_sps;
+    slot = std::max(slot, t.samples_per_s);
+  }
+  if (fp32_sps > 0 && bf16_sps > 0 && bf16_sps <= fp32_sps) facts.bf16_fast = false;
+  if (fp32_sps > 0 && fp16_sps > 0 && fp16_sps <= fp32_sps) facts.fp16_fast = false;
+  const RunConfig& c = plan.config;
+  facts.precision = to_string(c.train.precision);
+  facts.batch_size = c.train.batch_size;
+  facts.accumulate = c.train.accumulate;
+  facts.recompute_segments = c.train.recompute_segments;
+  facts.workers = c.workers;
+  facts.memory_limit_bytes = memory_limit_bytes;
+  facts.peak_memory_bytes = plan.tuned.peak_memory_bytes;
+}
+
+}  // namespace saturate
