@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
+#include <limits>
 #include <memory>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
@@ -68,45 +69,63 @@ Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
 }
 
 // Under data parallel, what every rank takes from a trial: fits where all fit, the largest
-// peak, rank 0's numbers. `numbers` are this rank's (rank 0's come back); the result is whether
-// every rank fit.
-bool agree(DistGroup* group, bool fits, int64_t& peak, std::vector<double>& numbers) {
+// peak, rank 0's `fields`. Fields travel by name, so a field added on one side cannot shift
+// another's meaning. `fields` are this rank's (rank 0's come back); the result is whether every
+// rank fit.
+bool agree(DistGroup* group, bool fits, int64_t& peak, nlohmann::json& fields) {
   if (group == nullptr) return fits;
-  std::string mine(sizeof(double) * (numbers.size() + 2), '\0');
-  std::vector<double> packed = {fits ? 1.0 : 0.0, static_cast<double>(peak)};
-  packed.insert(packed.end(), numbers.begin(), numbers.end());
-  std::memcpy(mine.data(), packed.data(), mine.size());
-  const std::vector<std::string> all = group->allgather_bytes(mine);
+  const nlohmann::json mine = {{"fits", fits}, {"peak", peak}, {"fields", fields}};
+  const std::vector<std::string> all = group->allgather_bytes(mine.dump());
   bool every = true;
-  for (const std::string& b : all) {
-    std::vector<double> v(b.size() / sizeof(double));
-    std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
-    every = every && v.size() >= 2 && v[0] != 0;
-    if (v.size() >= 2) peak = std::max(peak, static_cast<int64_t>(v[1]));
+  for (const std::string& bytes : all) {
+    const auto j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+    SATURATE_CHECK_RUN(j.is_object(), "tune: a rank sent an unreadable trial outcome");
+    every = every && j.value("fits", false);
+    peak = std::max(peak, j.value("peak", int64_t{0}));
   }
-  std::vector<double> first(all[0].size() / sizeof(double));
-  std::memcpy(first.data(), all[0].data(), first.size() * sizeof(double));
-  numbers.assign(first.begin() + 2, first.end());
+  fields = nlohmann::json::parse(all[0])["fields"];
   return every;
 }
 
-std::vector<double> pack(const Measurement& m) {
-  const PhaseBreakdown& p = m.phases;
-  std::vector<double> v = {m.samples_per_s,   m.spread,        m.loss,
-                           p.data_wait_ms,    p.host_to_device_ms, p.forward_ms,
-                           p.backward_ms,     p.optimizer_ms,  p.communication_ms,
-                           p.other_ms,        p.step_ms};
-  v.insert(v.end(), m.step_samples_per_s.begin(), m.step_samples_per_s.end());
-  return v;
+// A number by name; JSON has no NaN (it is written as null), so null reads back as NaN.
+double number(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>()
+                                          : std::numeric_limits<double>::quiet_NaN();
 }
 
-void unpack(const std::vector<double>& v, Measurement& m) {
-  if (v.size() < 11) return;
+nlohmann::json to_fields(const Measurement& m, int64_t steps_run) {
+  const PhaseBreakdown& p = m.phases;
+  return {{"samples_per_s", m.samples_per_s},
+          {"spread", m.spread},
+          {"loss", m.loss},
+          {"data_wait_ms", p.data_wait_ms},
+          {"host_to_device_ms", p.host_to_device_ms},
+          {"forward_ms", p.forward_ms},
+          {"backward_ms", p.backward_ms},
+          {"optimizer_ms", p.optimizer_ms},
+          {"communication_ms", p.communication_ms},
+          {"other_ms", p.other_ms},
+          {"step_ms", p.step_ms},
+          {"step_samples_per_s", m.step_samples_per_s},
+          {"steps_run", steps_run}};
+}
+
+void from_fields(const nlohmann::json& j, Measurement& m, int64_t& steps_run) {
   PhaseBreakdown& p = m.phases;
-  m.samples_per_s = v[0], m.spread = v[1], m.loss = v[2];
-  p.data_wait_ms = v[3], p.host_to_device_ms = v[4], p.forward_ms = v[5], p.backward_ms = v[6];
-  p.optimizer_ms = v[7], p.communication_ms = v[8], p.other_ms = v[9], p.step_ms = v[10];
-  m.step_samples_per_s.assign(v.begin() + 11, v.end());
+  m.samples_per_s = number(j, "samples_per_s");
+  m.spread = number(j, "spread");
+  m.loss = number(j, "loss");
+  p.data_wait_ms = number(j, "data_wait_ms");
+  p.host_to_device_ms = number(j, "host_to_device_ms");
+  p.forward_ms = number(j, "forward_ms");
+  p.backward_ms = number(j, "backward_ms");
+  p.optimizer_ms = number(j, "optimizer_ms");
+  p.communication_ms = number(j, "communication_ms");
+  p.other_ms = number(j, "other_ms");
+  p.step_ms = number(j, "step_ms");
+  m.step_samples_per_s = j.value("step_samples_per_s", std::vector<double>{});
+  steps_run = j.value("steps_run", steps_run);
 }
 
 }  // namespace
@@ -220,12 +239,9 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   out.steps_run = static_cast<int64_t>(sink.records().size()) + (out.fits ? 0 : 1);
   out.measurement = measure(sink.records(), warmup);
   out.measurement.peak_memory_bytes = std::max(out.measurement.peak_memory_bytes, p.peak_bytes);
-  std::vector<double> numbers = pack(out.measurement);
-  numbers.push_back(static_cast<double>(out.steps_run));
-  out.fits = agree(group_, out.fits, out.measurement.peak_memory_bytes, numbers);
-  out.steps_run = static_cast<int64_t>(numbers.back());
-  numbers.pop_back();
-  unpack(numbers, out.measurement);
+  nlohmann::json fields = to_fields(out.measurement, out.steps_run);
+  out.fits = agree(group_, out.fits, out.measurement.peak_memory_bytes, fields);
+  from_fields(fields, out.measurement, out.steps_run);
   if (group_) {
     // The job's rate: the ranks step together, each on its own samples.
     const double world = group_->world_size();
@@ -271,10 +287,10 @@ EvalTrial TorchTrialRunner::evaluate(const RunConfig& c, int64_t eval_batch, int
   out.fits = p.outcome == ProbeOutcome::kFits;
   out.peak_memory_bytes = p.peak_bytes;
   if (out.fits && seconds > 0) out.samples_per_s = static_cast<double>(out.samples) / seconds;
-  std::vector<double> numbers = {out.samples_per_s, static_cast<double>(out.samples)};
-  out.fits = agree(group_, out.fits, out.peak_memory_bytes, numbers);
-  out.samples_per_s = numbers[0];
-  out.samples = static_cast<int64_t>(numbers[1]);
+  nlohmann::json fields = {{"samples_per_s", out.samples_per_s}, {"samples", out.samples}};
+  out.fits = agree(group_, out.fits, out.peak_memory_bytes, fields);
+  out.samples_per_s = number(fields, "samples_per_s");
+  out.samples = fields.value("samples", out.samples);
   if (group_) {
     // Each rank scored its shard of the batches: the job evaluated world times as many.
     out.samples_per_s *= group_->world_size();
@@ -304,22 +320,24 @@ QualityRun TorchTrialRunner::train_and_validate(const RunConfig& c, int64_t samp
   {
     // Rank 0's numbers for every rank (the validation metric is the job's already: each rank
     // scores its shard and the sums are added).
-    std::vector<double> numbers = {q.wall_s, static_cast<double>(s.samples), s.val_accuracy,
-                                   s.val_loss};
-    for (const StepRecord& r : sink.records()) numbers.push_back(r.loss);
-    const bool fits = agree(group_, p.outcome == ProbeOutcome::kFits, q.peak_memory_bytes, numbers);
+    std::vector<double> losses;
+    for (const StepRecord& r : sink.records()) losses.push_back(r.loss);
+    nlohmann::json fields = {{"wall_s", q.wall_s},         {"samples", s.samples},
+                             {"val_accuracy", s.val_accuracy}, {"val_loss", s.val_loss},
+                             {"losses", losses}};
+    const bool fits = agree(group_, p.outcome == ProbeOutcome::kFits, q.peak_memory_bytes, fields);
     if (!fits) {
       q.fits = false;
       return q;
     }
-    q.wall_s = numbers[0];
-    s.samples = static_cast<int64_t>(numbers[1]);
-    s.val_accuracy = numbers[2];
-    s.val_loss = numbers[3];
+    q.wall_s = number(fields, "wall_s");
+    s.samples = fields.value("samples", s.samples);
+    s.val_accuracy = number(fields, "val_accuracy");
+    s.val_loss = number(fields, "val_loss");
     sink = MemorySink();
-    for (size_t i = 4; i < numbers.size(); ++i) {
+    for (const auto& loss : fields["losses"]) {
       StepRecord r;
-      r.loss = numbers[i];
+      r.loss = loss.is_number() ? loss.get<double>() : std::numeric_limits<double>::quiet_NaN();
       sink.on_step(r);
     }
   }
