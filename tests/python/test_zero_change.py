@@ -57,6 +57,20 @@ class ZeroChangeMode(unittest.TestCase):
         self.assertEqual([(line["ev"], line.get("samples")) for line in lines],
                          [("start", None), ("step", 0), ("step", 0), ("end", None)])
 
+    def test_out_of_memory_after_a_batch_ends_with_oom(self):
+        script = textwrap.dedent("""
+            import torch
+            loader = torch.utils.data.DataLoader(torch.zeros(8, 2), batch_size=4)
+            for batch in loader:
+                raise torch.OutOfMemoryError("simulated: Tried to allocate 80.00 GiB")
+        """)
+        with support.TempRunDir() as run:
+            code, _, err = support.run_python(["-c", script], run.env(), hook=True)
+            lines = support.read_metrics(run.metrics)
+        self.assertEqual(code, 1, err)
+        self.assertEqual([line["ev"] for line in lines], ["start", "end"])
+        self.assertEqual(lines[-1]["status"], "oom")
+
     def test_a_script_without_torch_runs_unchanged_and_other_sitecustomize_still_loads(self):
         with support.TempRunDir() as run, tempfile.TemporaryDirectory() as site:
             marker = os.path.join(run.path, "chained")
