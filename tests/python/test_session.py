@@ -87,6 +87,18 @@ class SessionLines(unittest.TestCase):
         self.assertEqual([line["ev"] for line in lines], ["start", "end"])
 
 
+class TimedLoaderCopies(unittest.TestCase):
+    def test_copy_of_a_wrapped_loader_keeps_its_attributes(self):
+        import copy
+        from saturate_client import TimedLoader
+
+        class Loader(list):
+            batch_size = 4
+
+        wrapped = copy.copy(TimedLoader(Loader([1]), lambda seconds: None))
+        self.assertEqual((wrapped.batch_size, len(wrapped)), (4, 1))
+
+
 class InactiveSession(unittest.TestCase):
     def test_without_protocol_nothing_is_read_or_written(self):
         out = io.StringIO()

@@ -32,6 +32,8 @@ class TimedLoader:
         return len(self.loader)
 
     def __getattr__(self, name):
+        if "loader" not in self.__dict__:  # during copy or unpickling, before __init__
+            raise AttributeError(name)
         return getattr(self.__dict__["loader"], name)
 
 

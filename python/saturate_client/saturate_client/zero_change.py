@@ -99,6 +99,8 @@ class _CountingIterator:
         return len(self._iterator)
 
     def __getattr__(self, name):
+        if "_iterator" not in self.__dict__:  # during copy or unpickling, before __init__
+            raise AttributeError(name)
         return getattr(self.__dict__["_iterator"], name)
 
 
