@@ -71,6 +71,17 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
                         text_or(j, "device", where), ", batch ",
                         text_or(config, "batch_size", where), ", ",
                         text_or(config, "precision", where));
+  } else if (j.contains("final_loss") && j.contains("samples_per_s")) {
+    // Before the profile test: a train summary has phases_ms too (a profile has no final loss).
+    m.kind = "train";
+    m.samples_per_s = number_or(j, "samples_per_s", -1, where);
+    m.final_loss = number_or(j, "final_loss", -1, where);
+    const double accuracy = number_or(j, "test_accuracy", -1, where);
+    m.test_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
+    m.peak_memory_bytes = json_get<int64_t>(j, "peak_memory_bytes", where, -1);
+    m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
+                        text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
+                        ", ", text_or(j, "precision", where));
   } else if (j.contains("phases_ms") && j.contains("samples_per_s")) {
     m.kind = "profile";
     m.samples_per_s = number_or(j, "samples_per_s", -1, where);
@@ -86,16 +97,6 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
         m.window_samples_per_s.push_back(x.get<double>());
       }
     }
-    m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
-                        text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
-                        ", ", text_or(j, "precision", where));
-  } else if (j.contains("final_loss") && j.contains("samples_per_s")) {
-    m.kind = "train";
-    m.samples_per_s = number_or(j, "samples_per_s", -1, where);
-    m.final_loss = number_or(j, "final_loss", -1, where);
-    const double accuracy = number_or(j, "test_accuracy", -1, where);
-    m.test_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
-    m.peak_memory_bytes = json_get<int64_t>(j, "peak_memory_bytes", where, -1);
     m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
                         text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
                         ", ", text_or(j, "precision", where));
