@@ -28,6 +28,44 @@ uint64_t splitmix64(uint64_t x) {
 // Thrown inside a fill that start_epoch() or the destructor made pointless.
 struct Abandoned {};
 
+// One sample's geometry: C × H × W pixels in, C × OH × OW floats out, (pixel / 255 − mean) / std
+// as pixel × scale + shift.
+struct SampleShape {
+  int64_t C, H, W, OH, OW;
+  float scale, shift;
+};
+
+// Writes `src` (uint8 C × H × W) to `dst` (float C × OH × OW): padded by t.pad zero pixels a
+// side, cropped at offsets drawn from `r` (the centre when !t.random), flipped when t.flip and
+// r says so, normalised.
+void transform_sample(const uint8_t* src, float* dst, const SampleShape& s,
+                      const TransformOptions& t, uint64_t r) {
+  const int64_t C = s.C, H = s.H, W = s.W, OH = s.OH, OW = s.OW;
+  int64_t oy = t.pad, ox = t.pad;  // offsets into the padded image
+  if (t.crop > 0) {
+    const int64_t span_y = H + 2 * t.pad - OH, span_x = W + 2 * t.pad - OW;
+    oy = t.random ? static_cast<int64_t>(r % static_cast<uint64_t>(span_y + 1)) : span_y / 2;
+    ox = t.random ? static_cast<int64_t>((r >> 20) % static_cast<uint64_t>(span_x + 1))
+                  : span_x / 2;
+  }
+  const bool flip = t.flip && t.random && ((r >> 40) & 1);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t y = 0; y < OH; ++y) {
+      const int64_t sy = y + oy - t.pad;
+      float* row = dst + (c * OH + y) * OW;
+      if (sy < 0 || sy >= H) {
+        std::fill(row, row + OW, s.shift);
+        continue;
+      }
+      const uint8_t* srow = src + (c * H + sy) * W;
+      for (int64_t x = 0; x < OW; ++x) {
+        const int64_t sx = (flip ? OW - 1 - x : x) + ox - t.pad;
+        row[x] = sx < 0 || sx >= W ? s.shift : static_cast<float>(srow[sx]) * s.scale + s.shift;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 struct Loader::Slot {
@@ -233,8 +271,8 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
   const int64_t C = in[0], H = in[1], W = in[2], OH = out[1], OW = out[2];
   const int64_t sample_bytes = C * H * W;
   const TransformOptions& t = o_.transform;
-  const float scale = static_cast<float>(1.0 / (255.0 * t.std));
-  const float shift = static_cast<float>(-t.mean / t.std);
+  const SampleShape shape{C, H, W, OH, OW, static_cast<float>(1.0 / (255.0 * t.std)),
+                          static_cast<float>(-t.mean / t.std)};
   thread_local std::vector<uint8_t> pixels;
   pixels.resize(static_cast<size_t>(sample_bytes));
   float* dst = slot.inputs.data_ptr<float>();
@@ -273,30 +311,7 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
       // Per-sample randomness from (seed, epoch, index): the same whichever worker runs it.
       const uint64_t r = splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003ULL +
                                                          static_cast<uint64_t>(index)));
-      int64_t oy = t.pad, ox = t.pad;  // offsets into the padded image
-      if (t.crop > 0) {
-        const int64_t span_y = H + 2 * t.pad - OH, span_x = W + 2 * t.pad - OW;
-        oy = t.random ? static_cast<int64_t>(r % static_cast<uint64_t>(span_y + 1)) : span_y / 2;
-        ox = t.random ? static_cast<int64_t>((r >> 20) % static_cast<uint64_t>(span_x + 1))
-                      : span_x / 2;
-      }
-      const bool flip = t.flip && t.random && ((r >> 40) & 1);
-      float* o = dst + j * C * OH * OW;
-      for (int64_t c = 0; c < C; ++c) {
-        for (int64_t y = 0; y < OH; ++y) {
-          const int64_t sy = y + oy - t.pad;
-          float* row = o + (c * OH + y) * OW;
-          if (sy < 0 || sy >= H) {
-            std::fill(row, row + OW, shift);
-            continue;
-          }
-          const uint8_t* srow = src + (c * H + sy) * W;
-          for (int64_t x = 0; x < OW; ++x) {
-            const int64_t sx = (flip ? OW - 1 - x : x) + ox - t.pad;
-            row[x] = sx < 0 || sx >= W ? shift : static_cast<float>(srow[sx]) * scale + shift;
-          }
-        }
-      }
+      transform_sample(src, dst + j * C * OH * OW, shape, t, r);
     } catch (const Abandoned&) {
       throw;
     } catch (const std::exception& e) {

@@ -243,6 +243,215 @@ void check_options(const LaunchOptions& o) {
                                      "saturate launch --nproc-per-node 2 -- train --steps 100");
 }
 
+// The launcher's own environment less its launcher variables; OMP_NUM_THREADS set, as torchrun
+// does, so that one node's ranks share its cores instead of each taking all of them
+// (saturate's own commands set their threads the same way; see configure_threads).
+std::vector<std::string> base_environment(int nproc_per_node) {
+  std::vector<std::string> env;
+  bool has_omp = false;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (is_launcher_variable(entry)) continue;
+    has_omp = has_omp || entry.rfind("OMP_NUM_THREADS=", 0) == 0;
+    env.push_back(entry);
+  }
+  if (!has_omp)
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, usable_cores() / nproc_per_node)));
+  return env;
+}
+
+// What the ranks share of torchrun's variables.
+struct JobVariables {
+  int world = 1;
+  std::string addr;
+  int port = 0;
+  std::string run_id;
+};
+
+// `base` with torchrun's variables for rank `r`.
+std::vector<std::string> rank_environment(std::vector<std::string> env, const LaunchOptions& o,
+                                          const Rank& r, const JobVariables& job) {
+  const std::pair<const char*, std::string> vars[] = {
+      {"RANK", std::to_string(r.global)},
+      {"WORLD_SIZE", std::to_string(job.world)},
+      {"LOCAL_RANK", std::to_string(r.local)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"ROLE_RANK", std::to_string(r.global)},
+      {"ROLE_WORLD_SIZE", std::to_string(job.world)},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", job.addr},
+      {"MASTER_PORT", std::to_string(job.port)},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_RUN_ID", job.run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", r.error_file}};
+  for (const auto& [name, value] : vars) env.push_back(std::string(name) + "=" + value);
+  return env;
+}
+
+// Forks and execs one rank with `envs` as its environment; its stdout and stderr come back
+// through non-blocking pipes. Everything the child needs is built before the fork: after it
+// only async-signal-safe calls.
+void start_rank(Rank& r, const std::string& program, std::vector<char*>& argv,
+                std::vector<std::string>& env, pid_t launcher, int devnull) {
+  int po[2], pe[2];
+  SATURATE_CHECK(pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0, "launch: pipe: ",
+                 std::strerror(errno));
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t pid = fork();
+  SATURATE_CHECK(pid >= 0, "launch: fork: ", std::strerror(errno));
+  if (pid == 0) {
+    // The child: its own process group (a terminal's Ctrl-C reaches only the launcher, which
+    // forwards it once), killed if the launcher dies, default SIGPIPE for the program.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(1);
+    struct sigaction sa {};
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    execve(program.c_str(), argv.data(), envp.data());
+    const char msg[] = "saturate: error: launch: exec failed\n";
+    [[maybe_unused]] const ssize_t n = write(2, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so no signal can find the child still in ours
+  close(po[1]);
+  close(pe[1]);
+  r.pid = pid;
+  r.out.fd = po[0];
+  r.err.fd = pe[0];
+  for (int fd : {po[0], pe[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  r.running = true;
+}
+
+// The running ranks of one launch: relays their output and watches for the end of each until
+// all have ended and said all; stops the others after the first failure and passes signals on.
+class RankWatch {
+ public:
+  RankWatch(std::vector<Rank>& ranks, const LaunchOptions& o, int wake_fd, std::ostream& out,
+            std::ostream& err, LaunchResult& result)
+      : ranks_(ranks), o_(o), wake_fd_(wake_fd), out_(out), err_(err), result_(result) {}
+
+  // Returns the signal passed on to the ranks (0: none).
+  int run() {
+    for (;;) {
+      const bool any_running =
+          std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+      if (!relay_output(any_running)) break;
+      reap();
+      pass_on_signal();
+      enforce_deadlines(any_running);
+    }
+    return forwarded_;
+  }
+
+ private:
+  // One poll of every open pipe (and the wake pipe); false when no rank runs and no pipe is
+  // left.
+  bool relay_output(bool any_running) {
+    std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}};
+    std::vector<std::pair<Rank*, bool>> owners = {{nullptr, false}};  // the rank, is stderr
+    for (Rank& r : ranks_) {
+      if (r.out.fd >= 0) fds.push_back({r.out.fd, POLLIN, 0}), owners.push_back({&r, false});
+      if (r.err.fd >= 0) fds.push_back({r.err.fd, POLLIN, 0}), owners.push_back({&r, true});
+    }
+    if (!any_running && fds.size() == 1) return false;
+    poll(fds.data(), fds.size(), 50);
+    char sink[256];
+    if (fds[0].revents & POLLIN) while (read(wake_fd_, sink, sizeof(sink)) > 0) {}
+    for (size_t k = 1; k < fds.size(); ++k) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Rank& r = *owners[k].first;
+      if (owners[k].second) pump(r.err, r.prefix, err_, &r.last_err_line, /*drain=*/false);
+      else pump(r.out, r.prefix, out_, nullptr, /*drain=*/false);
+    }
+    return true;
+  }
+
+  void reap() {
+    for (Rank& r : ranks_) {
+      if (!r.running) continue;
+      if (waitpid(r.pid, &r.status, WNOHANG) != r.pid) continue;
+      r.running = false;
+      if (failed(r) && result_.failed_rank < 0 && forwarded_ == 0) first_failure(r);
+    }
+  }
+
+  // The first failure: what the job reports. The others are stopped (they would fail in their
+  // next collective anyway, after a timeout if the rank hangs rather than exits). Output the
+  // rank wrote just before it ended is read first, so its last line is known.
+  void first_failure(Rank& r) {
+    if (r.err.fd >= 0) pump(r.err, r.prefix, err_, &r.last_err_line, /*drain=*/true);
+    if (r.out.fd >= 0) pump(r.out, r.prefix, out_, nullptr, /*drain=*/true);
+    if (!r.err.partial.empty()) r.last_err_line = r.err.partial;
+    result_.failed_rank = r.global;
+    result_.reason = describe_end(r);
+    result_.exit_code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 1;
+    const long others =
+        std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.running; });
+    SATURATE_LOG_WARN("launch: rank ", r.global, " (local ", r.local, ", pid ", r.pid,
+                      ") failed: ", result_.reason,
+                      others > 0 ? "; stopping the other " + std::to_string(others) +
+                                       " rank(s) on this node"
+                                 : std::string());
+    signal_ranks(ranks_, SIGTERM);
+    kill_at_ = grace_deadline();
+  }
+
+  void pass_on_signal() {
+    if (g_received == 0) return;
+    const int sig = g_received;
+    g_received = 0;
+    SATURATE_LOG_WARN("launch: ", signal_name(sig), " received; passing it to the ranks");
+    signal_ranks(ranks_, sig);
+    forwarded_ = sig;
+    // Ctrl-C asks the ranks to stop when they can (saturate's after their step, with a
+    // summary): no deadline; a second Ctrl-C is passed on too. SIGTERM/SIGHUP get the grace.
+    if (!kill_at_ && sig != SIGINT) kill_at_ = grace_deadline();
+  }
+
+  void enforce_deadlines(bool any_running) {
+    if (kill_at_ && Clock::now() >= *kill_at_) {
+      for (const Rank& r : ranks_)
+        if (r.running)
+          SATURATE_LOG_WARN("launch: rank ", r.global, " still runs ", o_.grace_s,
+                            " s after SIGTERM; killing it");
+      signal_ranks(ranks_, SIGKILL);
+      kill_at_ = Clock::now() + std::chrono::hours(24);  // once
+    }
+    // A rank's own children may hold its pipes open after it ended: stop reading them soon.
+    if (any_running) return;
+    if (!drain_until_) drain_until_ = Clock::now() + std::chrono::seconds(2);
+    if (Clock::now() < *drain_until_) return;
+    for (Rank& r : ranks_)
+      for (Stream* st : {&r.out, &r.err})
+        if (st->fd >= 0) close(st->fd), st->fd = -1;
+  }
+
+  Clock::time_point grace_deadline() const {
+    return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
+  }
+
+  std::vector<Rank>& ranks_;
+  const LaunchOptions& o_;
+  int wake_fd_;
+  std::ostream& out_;
+  std::ostream& err_;
+  LaunchResult& result_;
+  std::optional<Clock::time_point> kill_at_;      // SIGKILL what still runs then
+  std::optional<Clock::time_point> drain_until_;  // after the last rank ended
+  int forwarded_ = 0;
+};
+
 }  // namespace
 
 int pick_free_port() {
@@ -265,25 +474,12 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
   check_options(o);
   LaunchResult result;
   const std::string program = resolve_program(o.command[0]);
-  const std::string addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
-  result.master_port = o.master_port > 0 ? o.master_port : pick_free_port();
-  const int world = o.nproc_per_node * o.nnodes;
-
-  // Everything the children need is built before fork: after it only async-signal-safe calls.
-  std::vector<std::string> base_env;
-  bool has_omp = false;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    if (is_launcher_variable(entry)) continue;
-    has_omp = has_omp || entry.rfind("OMP_NUM_THREADS=", 0) == 0;
-    base_env.push_back(entry);
-  }
-  // As torchrun does, one node's ranks share its cores instead of each taking all of them
-  // (saturate's own commands set their threads the same way; see configure_threads).
-  if (!has_omp)
-    base_env.push_back("OMP_NUM_THREADS=" +
-                       std::to_string(std::max(1, usable_cores() / o.nproc_per_node)));
-  const std::string run_id = "saturate-" + std::to_string(getpid());
+  JobVariables job;
+  job.addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  job.port = result.master_port = o.master_port > 0 ? o.master_port : pick_free_port();
+  job.world = o.nproc_per_node * o.nnodes;
+  const std::vector<std::string> base_env = base_environment(o.nproc_per_node);
+  job.run_id = "saturate-" + std::to_string(getpid());
   const TempFolder error_dir("saturate-launch", "launch");  // the ranks' error files
 
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc_per_node));
@@ -294,26 +490,7 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
     r.global = o.node_rank * o.nproc_per_node + r.local;
     r.prefix = o.prefix ? "[rank " + std::to_string(r.global) + "] " : "";
     r.error_file = error_dir.file("rank" + std::to_string(r.global) + ".json");
-    std::vector<std::string>& env = envs[i];
-    env = base_env;
-    const std::pair<const char*, std::string> vars[] = {
-        {"RANK", std::to_string(r.global)},
-        {"WORLD_SIZE", std::to_string(world)},
-        {"LOCAL_RANK", std::to_string(r.local)},
-        {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(o.node_rank)},
-        {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
-        {"ROLE_RANK", std::to_string(r.global)},
-        {"ROLE_WORLD_SIZE", std::to_string(world)},
-        {"ROLE_NAME", "default"},
-        {"MASTER_ADDR", addr},
-        {"MASTER_PORT", std::to_string(result.master_port)},
-        {"TORCHELASTIC_RESTART_COUNT", "0"},
-        {"TORCHELASTIC_MAX_RESTARTS", "0"},
-        {"TORCHELASTIC_RUN_ID", run_id},
-        {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-        {"TORCHELASTIC_ERROR_FILE", r.error_file}};
-    for (const auto& [name, value] : vars) env.push_back(std::string(name) + "=" + value);
+    envs[i] = rank_environment(base_env, o, r, job);
   }
   std::vector<char*> argv;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -324,125 +501,14 @@ LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err
   SignalForwarding forwarding(wake[1]);
   const pid_t launcher = getpid();
   const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    Rank& r = ranks[i];
-    int po[2], pe[2];
-    SATURATE_CHECK(pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0, "launch: pipe: ",
-                   std::strerror(errno));
-    std::vector<char*> envp;
-    for (auto& e : envs[i]) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const pid_t pid = fork();
-    SATURATE_CHECK(pid >= 0, "launch: fork: ", std::strerror(errno));
-    if (pid == 0) {
-      // The child: its own process group (a terminal's Ctrl-C reaches only the launcher, which
-      // forwards it once), killed if the launcher dies, default SIGPIPE for the program.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(1);
-      struct sigaction sa {};
-      sa.sa_handler = SIG_DFL;
-      sigemptyset(&sa.sa_mask);
-      for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
-      if (devnull >= 0) dup2(devnull, 0);
-      dup2(po[1], 1);
-      dup2(pe[1], 2);
-      execve(program.c_str(), argv.data(), envp.data());
-      const char msg[] = "saturate: error: launch: exec failed\n";
-      [[maybe_unused]] const ssize_t n = write(2, msg, sizeof(msg) - 1);
-      _exit(127);
-    }
-    setpgid(pid, pid);  // also here, so no signal can find the child still in ours
-    close(po[1]);
-    close(pe[1]);
-    r.pid = pid;
-    r.out.fd = po[0];
-    r.err.fd = pe[0];
-    for (int fd : {po[0], pe[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    r.running = true;
-  }
+  for (size_t i = 0; i < ranks.size(); ++i)
+    start_rank(ranks[i], program, argv, envs[i], launcher, devnull);
   if (devnull >= 0) close(devnull);
   if (!o.quiet)
     SATURATE_LOG_INFO("launch: ", o.nproc_per_node, " rank(s) on node ", o.node_rank, " of ",
-                    o.nnodes, " (world ", world, "), store ", addr, ":", result.master_port);
+                      o.nnodes, " (world ", job.world, "), store ", job.addr, ":", job.port);
 
-  // Relay output and watch for the end of each rank until all have ended and said all.
-  std::optional<Clock::time_point> kill_at;  // SIGKILL what still runs then
-  std::optional<Clock::time_point> drain_until;  // after the last rank ended
-  int forwarded = 0;
-  for (;;) {
-    std::vector<pollfd> fds = {{wake[0], POLLIN, 0}};
-    std::vector<std::pair<Rank*, bool>> owners = {{nullptr, false}};  // the rank, is stderr
-    for (Rank& r : ranks) {
-      if (r.out.fd >= 0) fds.push_back({r.out.fd, POLLIN, 0}), owners.push_back({&r, false});
-      if (r.err.fd >= 0) fds.push_back({r.err.fd, POLLIN, 0}), owners.push_back({&r, true});
-    }
-    const bool any_running =
-        std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
-    if (!any_running && fds.size() == 1) break;
-    poll(fds.data(), fds.size(), 50);
-    char sink[256];
-    if (fds[0].revents & POLLIN) while (read(wake[0], sink, sizeof(sink)) > 0) {}
-    for (size_t k = 1; k < fds.size(); ++k) {
-      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Rank& r = *owners[k].first;
-      if (owners[k].second) pump(r.err, r.prefix, err, &r.last_err_line, /*drain=*/false);
-      else pump(r.out, r.prefix, out, nullptr, /*drain=*/false);
-    }
-    for (Rank& r : ranks) {
-      if (!r.running) continue;
-      if (waitpid(r.pid, &r.status, WNOHANG) != r.pid) continue;
-      r.running = false;
-      if (!failed(r) || result.failed_rank >= 0 || forwarded != 0) continue;
-      // The first failure: what the job reports. The others are stopped (they would fail in
-      // their next collective anyway, after a timeout if the rank hangs rather than exits).
-      // Output the rank wrote just before it ended is read first, so its last line is known.
-      if (r.err.fd >= 0) pump(r.err, r.prefix, err, &r.last_err_line, /*drain=*/true);
-      if (r.out.fd >= 0) pump(r.out, r.prefix, out, nullptr, /*drain=*/true);
-      if (!r.err.partial.empty()) r.last_err_line = r.err.partial;
-      result.failed_rank = r.global;
-      result.reason = describe_end(r);
-      result.exit_code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 1;
-      const long others = std::count_if(ranks.begin(), ranks.end(),
-                                        [](const Rank& x) { return x.running; });
-      SATURATE_LOG_WARN("launch: rank ", r.global, " (local ", r.local, ", pid ", r.pid,
-                        ") failed: ", result.reason,
-                        others > 0 ? "; stopping the other " + std::to_string(others) +
-                                         " rank(s) on this node"
-                                   : std::string());
-      signal_ranks(ranks, SIGTERM);
-      kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
-    }
-    if (g_received != 0) {
-      const int sig = g_received;
-      g_received = 0;
-      SATURATE_LOG_WARN("launch: ", signal_name(sig), " received; passing it to the ranks");
-      signal_ranks(ranks, sig);
-      forwarded = sig;
-      // Ctrl-C asks the ranks to stop when they can (saturate's after their step, with a
-      // summary): no deadline; a second Ctrl-C is passed on too. SIGTERM/SIGHUP get the grace.
-      if (!kill_at && sig != SIGINT)
-        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
-    }
-    if (kill_at && Clock::now() >= *kill_at) {
-      for (const Rank& r : ranks)
-        if (r.running)
-          SATURATE_LOG_WARN("launch: rank ", r.global, " still runs ", o.grace_s,
-                            " s after SIGTERM; killing it");
-      signal_ranks(ranks, SIGKILL);
-      kill_at = Clock::now() + std::chrono::hours(24);  // once
-    }
-    // A rank's own children may hold its pipes open after it ended: stop reading them soon.
-    if (!any_running) {
-      if (!drain_until) drain_until = Clock::now() + std::chrono::seconds(2);
-      if (Clock::now() >= *drain_until) {
-        for (Rank& r : ranks)
-          for (Stream* st : {&r.out, &r.err})
-            if (st->fd >= 0) close(st->fd), st->fd = -1;
-      }
-    }
-  }
+  const int forwarded = RankWatch(ranks, o, wake[0], out, err, result).run();
   close(wake[0]);
   close(wake[1]);
   if (forwarded != 0 && result.failed_rank < 0) result.exit_code = 128 + forwarded;

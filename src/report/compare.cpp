@@ -71,6 +71,17 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
                         text_or(j, "device", where), ", batch ",
                         text_or(config, "batch_size", where), ", ",
                         text_or(config, "precision", where));
+  } else if (j.contains("final_loss") && j.contains("samples_per_s")) {
+    // Before the profile test: a train summary has phases_ms too (a profile has no final loss).
+    m.kind = "train";
+    m.samples_per_s = number_or(j, "samples_per_s", -1, where);
+    m.final_loss = number_or(j, "final_loss", -1, where);
+    const double accuracy = number_or(j, "test_accuracy", -1, where);
+    m.test_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
+    m.peak_memory_bytes = json_get<int64_t>(j, "peak_memory_bytes", where, -1);
+    m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
+                        text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
+                        ", ", text_or(j, "precision", where));
   } else if (j.contains("phases_ms") && j.contains("samples_per_s")) {
     m.kind = "profile";
     m.samples_per_s = number_or(j, "samples_per_s", -1, where);
@@ -86,16 +97,6 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
         m.window_samples_per_s.push_back(x.get<double>());
       }
     }
-    m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
-                        text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
-                        ", ", text_or(j, "precision", where));
-  } else if (j.contains("final_loss") && j.contains("samples_per_s")) {
-    m.kind = "train";
-    m.samples_per_s = number_or(j, "samples_per_s", -1, where);
-    m.final_loss = number_or(j, "final_loss", -1, where);
-    const double accuracy = number_or(j, "test_accuracy", -1, where);
-    m.test_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
-    m.peak_memory_bytes = json_get<int64_t>(j, "peak_memory_bytes", where, -1);
     m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
                         text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
                         ", ", text_or(j, "precision", where));
@@ -164,46 +165,70 @@ bool Comparison::has_regression() const {
                      [](const MetricComparison& m) { return m.verdict == Verdict::kRegression; });
 }
 
+namespace {
+
+// Throughput: higher is better. By the per-window rates when both runs have enough of them,
+// else by the runs' stated spreads (or a fixed band without them).
+MetricComparison compare_throughput(const RunMetrics& a, const RunMetrics& b,
+                                    const CompareOptions& o) {
+  MetricComparison m;
+  m.name = "samples_per_s";
+  m.a = a.samples_per_s;
+  m.b = b.samples_per_s;
+  m.delta_pct = pct_change(m.a, m.b);
+  const size_t na = a.window_samples_per_s.size(), nb = b.window_samples_per_s.size();
+  bool changed = false;
+  if (na >= 5 && nb >= 5) {
+    // The medians of the windows, so the verdict and the delta shown agree.
+    const double ma = median(a.window_samples_per_s), mb = median(b.window_samples_per_s);
+    m.delta_pct = pct_change(ma, mb);
+    const double p = mann_whitney_p(a.window_samples_per_s, b.window_samples_per_s);
+    changed = p < o.alpha && std::fabs(m.delta_pct) >= o.min_change_pct;
+    m.basis = concat("Mann-Whitney U over ", na, " + ", nb, " windows: p = ",
+                     p < 1e-4 ? std::string("< 0.0001") : format_fixed(p, 4),
+                     ", median change ", format_fixed(m.delta_pct, 1), "% (counts when p < ",
+                     format_fixed(o.alpha, 2), " and |change| >= ",
+                     format_fixed(o.min_change_pct, 1), "%)");
+  } else {
+    double band = kUnknownNoiseBandPct;
+    std::string why = "no spread stated: a " + format_fixed(band, 0) + "% band";
+    if (a.spread_pct >= 0 && b.spread_pct >= 0) {
+      band = std::max(o.min_change_pct, a.spread_pct + b.spread_pct);
+      why = concat("the two runs' spreads (", format_fixed(a.spread_pct, 1), "% + ",
+                   format_fixed(b.spread_pct, 1), "%) give a ", format_fixed(band, 1),
+                   "% band");
+    }
+    changed = std::fabs(m.delta_pct) > band;
+    m.basis = why;
+  }
+  if (changed) m.verdict = m.delta_pct < 0 ? Verdict::kRegression : Verdict::kImprovement;
+  return m;
+}
+
+// A metric judged by a tolerance on its change: `limit` above (below, when lower is better)
+// is a regression, as far the other way an improvement.
+MetricComparison compare_within(const char* name, double a, double b, double change,
+                                double limit, bool lower_is_better, std::string basis) {
+  MetricComparison m;
+  m.name = name;
+  m.a = a;
+  m.b = b;
+  m.delta_pct = pct_change(a, b);
+  const double worse = lower_is_better ? change : -change;
+  if (worse > limit) m.verdict = Verdict::kRegression;
+  if (-worse > limit) m.verdict = Verdict::kImprovement;
+  m.basis = std::move(basis);
+  return m;
+}
+
+}  // namespace
+
 Comparison compare_runs(const RunMetrics& a, const RunMetrics& b, const CompareOptions& o) {
   Comparison c;
   if (a.workload != b.workload)
     c.notes.push_back(concat("different workloads: ", a.workload, " vs ", b.workload,
                              "; the deltas compare unlike runs"));
-
-  {  // Throughput: higher is better.
-    MetricComparison m;
-    m.name = "samples_per_s";
-    m.a = a.samples_per_s;
-    m.b = b.samples_per_s;
-    m.delta_pct = pct_change(m.a, m.b);
-    const size_t na = a.window_samples_per_s.size(), nb = b.window_samples_per_s.size();
-    bool changed = false;
-    if (na >= 5 && nb >= 5) {
-      // The medians of the windows, so the verdict and the delta shown agree.
-      const double ma = median(a.window_samples_per_s), mb = median(b.window_samples_per_s);
-      m.delta_pct = pct_change(ma, mb);
-      const double p = mann_whitney_p(a.window_samples_per_s, b.window_samples_per_s);
-      changed = p < o.alpha && std::fabs(m.delta_pct) >= o.min_change_pct;
-      m.basis = concat("Mann-Whitney U over ", na, " + ", nb, " windows: p = ",
-                       p < 1e-4 ? std::string("< 0.0001") : format_fixed(p, 4),
-                       ", median change ", format_fixed(m.delta_pct, 1), "% (counts when p < ",
-                       format_fixed(o.alpha, 2), " and |change| >= ",
-                       format_fixed(o.min_change_pct, 1), "%)");
-    } else {
-      double band = kUnknownNoiseBandPct;
-      std::string why = "no spread stated: a " + format_fixed(band, 0) + "% band";
-      if (a.spread_pct >= 0 && b.spread_pct >= 0) {
-        band = std::max(o.min_change_pct, a.spread_pct + b.spread_pct);
-        why = concat("the two runs' spreads (", format_fixed(a.spread_pct, 1), "% + ",
-                     format_fixed(b.spread_pct, 1), "%) give a ", format_fixed(band, 1),
-                     "% band");
-      }
-      changed = std::fabs(m.delta_pct) > band;
-      m.basis = why;
-    }
-    if (changed) m.verdict = m.delta_pct < 0 ? Verdict::kRegression : Verdict::kImprovement;
-    c.metrics.push_back(m);
-  }
+  c.metrics.push_back(compare_throughput(a, b, o));
   if (a.step_ms > 0 && b.step_ms > 0) {  // follows throughput; shown for the eye
     MetricComparison m;
     m.name = "step_ms";
@@ -215,38 +240,25 @@ Comparison compare_runs(const RunMetrics& a, const RunMetrics& b, const CompareO
     c.metrics.push_back(m);
   }
   if (a.peak_memory_bytes > 0 && b.peak_memory_bytes > 0) {  // lower is better
-    MetricComparison m;
-    m.name = "peak_memory_bytes";
-    m.a = static_cast<double>(a.peak_memory_bytes);
-    m.b = static_cast<double>(b.peak_memory_bytes);
-    m.delta_pct = pct_change(m.a, m.b);
-    if (m.delta_pct > o.memory_tolerance_pct) m.verdict = Verdict::kRegression;
-    if (m.delta_pct < -o.memory_tolerance_pct) m.verdict = Verdict::kImprovement;
-    m.basis = concat("tolerance ", format_fixed(o.memory_tolerance_pct, 1), "%");
-    c.metrics.push_back(m);
+    const double ma = static_cast<double>(a.peak_memory_bytes);
+    const double mb = static_cast<double>(b.peak_memory_bytes);
+    c.metrics.push_back(compare_within("peak_memory_bytes", ma, mb, pct_change(ma, mb),
+                                       o.memory_tolerance_pct, /*lower_is_better=*/true,
+                                       concat("tolerance ",
+                                              format_fixed(o.memory_tolerance_pct, 1), "%")));
   }
   if (a.test_accuracy >= 0 && b.test_accuracy >= 0) {  // points, higher is better
-    MetricComparison m;
-    m.name = "test_accuracy_pct";
-    m.a = a.test_accuracy;
-    m.b = b.test_accuracy;
-    m.delta_pct = pct_change(m.a, m.b);
-    const double drop = m.a - m.b;
-    if (drop > o.accuracy_tolerance_pts) m.verdict = Verdict::kRegression;
-    if (-drop > o.accuracy_tolerance_pts) m.verdict = Verdict::kImprovement;
-    m.basis = concat("tolerance ", format_fixed(o.accuracy_tolerance_pts, 1), " points");
-    c.metrics.push_back(m);
+    c.metrics.push_back(compare_within(
+        "test_accuracy_pct", a.test_accuracy, b.test_accuracy, b.test_accuracy - a.test_accuracy,
+        o.accuracy_tolerance_pts, /*lower_is_better=*/false,
+        concat("tolerance ", format_fixed(o.accuracy_tolerance_pts, 1), " points")));
   }
   if (a.final_loss > 0 && b.final_loss > 0) {  // lower is better
-    MetricComparison m;
-    m.name = "final_loss";
-    m.a = a.final_loss;
-    m.b = b.final_loss;
-    m.delta_pct = pct_change(m.a, m.b);
-    if (m.delta_pct > kLossTolerancePct) m.verdict = Verdict::kRegression;
-    if (m.delta_pct < -kLossTolerancePct) m.verdict = Verdict::kImprovement;
-    m.basis = concat("tolerance ", format_fixed(kLossTolerancePct, 0), "%");
-    c.metrics.push_back(m);
+    c.metrics.push_back(compare_within("final_loss", a.final_loss, b.final_loss,
+                                       pct_change(a.final_loss, b.final_loss), kLossTolerancePct,
+                                       /*lower_is_better=*/true,
+                                       concat("tolerance ", format_fixed(kLossTolerancePct, 0),
+                                              "%")));
   }
   return c;
 }

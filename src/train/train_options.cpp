@@ -75,10 +75,8 @@ void TrainOptions::validate() const {
   SATURATE_CHECK(eval_every >= 0, "train: --eval-every must not be negative, got ", eval_every);
 }
 
-int64_t TrainOptions::total_steps(int64_t train_size) const {
-  if (steps > 0) return steps;
-  const int64_t per_epoch = (train_size + batch_size - 1) / batch_size;
-  return epochs * per_epoch;
+int64_t TrainOptions::total_steps(int64_t batches_per_epoch) const {
+  return steps > 0 ? steps : epochs * batches_per_epoch;
 }
 
 int64_t TrainOptions::resolved_warmup_steps(int64_t total) const {

@@ -235,37 +235,18 @@ TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
   return fit(batches, data, sink, stop);
 }
 
-TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, TelemetrySink* sink,
-                          const std::atomic<bool>* stop) {
-  SATURATE_CHECK(batches.batches_per_epoch() > 0, "train: the batch source yields no batches");
-  const int64_t total =
-      options_.steps > 0 ? options_.steps : options_.epochs * batches.batches_per_epoch();
-  const int64_t warmup = options_.resolved_warmup_steps(total);
-  State& st = *state_;
-  TrainState& run = st.run;
-  const bool resumed = st.resume_pending;
-  st.resume_pending = false;
-  if (!resumed) run = TrainState();
-  const int64_t first = run.step;
-  SATURATE_CHECK(first <= total, "train: the checkpoint is at step ", first,
-                 ", past this run's ", total, " steps");
-  run.segment_starts.push_back(static_cast<int64_t>(run.records.size()));
-  std::vector<StepRecord>& records = run.records;
-  records.reserve(static_cast<size_t>(total));
+// One fit(): the loop over steps and everything it tracks between them. Reading a record only
+// once the timer says it is ready keeps the host from waiting for the device at every step;
+// more than a few steps in flight, and the oldest is read anyway (the device queue would block
+// the host soon).
+class Trainer::FitLoop {
+ public:
+  FitLoop(Trainer& trainer, BatchSource& batches, const DatasetSplits& data, TelemetrySink* sink,
+          const std::atomic<bool>* stop);
+  TrainSummary run();
 
-  if (sink) sink->on_begin(total);
-  model_.train(true);
-  if (resumed) {
-    batches.seek(run.epoch, run.batch_in_epoch);
-  } else {
-    batches.start_epoch(0);
-  }
-  TrainSummary summary;
-  if (resumed) summary.resumed_from_step = first;
-  PhaseTimer& timer = *timer_;
-  // Steps whose times (and loss) the device has not delivered yet. Reading a record only once
-  // ready() keeps the host from waiting for the device at every step; more than a few steps in
-  // flight, and the oldest is read anyway (the device queue would block the host soon).
+ private:
+  // Steps whose times (and loss) the device has not delivered yet.
   struct InFlight {
     StepRecord record;
     at::Tensor loss;
@@ -273,277 +254,404 @@ TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, Telem
     int64_t ticket;
     double comm_ms;  // the part of the backward phase that waited for communication
   };
-  std::deque<InFlight> in_flight;
-  constexpr size_t kMaxInFlight = 3;
-  // Divergence watch: the last finite loss, the recent gradient norms, fp16 skips in a row.
-  int64_t last_finite_step = -1;
-  double last_finite_loss = std::numeric_limits<double>::quiet_NaN();
-  for (auto it = records.rbegin(); it != records.rend(); ++it) {
-    if (std::isfinite(it->loss)) {
-      last_finite_step = it->step;
-      last_finite_loss = it->loss;
-      break;
-    }
+  static constexpr size_t kMaxInFlight = 3;
+  // Under data parallel the ranks agree this often on stopping, checkpoints and divergence.
+  static constexpr int64_t kAgreeEvery = 8;
+
+  void begin();
+  bool continue_at_boundary(int64_t step);
+  void take_step(int64_t step);
+  Batch next_batch(StepRecord& r);
+  at::Tensor train_step_or_oom(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+                               int64_t step, std::string& oom);
+  void agree_oom(int64_t step, const std::string& oom);
+  void complete_front();
+  void drain() {
+    while (!in_flight_.empty()) complete_front();
   }
-  std::deque<double> recent_norms;
-  int64_t skipped_in_a_row = 0;
-  const bool scaling = st.scaler->is_enabled();
-  // The diagnosis of a run that diverged at `step`, with what the watch saw up to it.
-  auto diverge = [&](int64_t step, const std::string& reason, double loss_scale, double lr) {
-    Divergence d;
-    d.step = step;
-    d.reason = reason;
-    d.last_finite_step = last_finite_step;
-    d.last_finite_loss = last_finite_loss;
-    d.loss_scale = loss_scale;
-    d.lr = lr;
-    d.grad_norms.assign(recent_norms.begin(), recent_norms.end());
-    summary.divergence = d;
-  };
-  auto watch = [&](const StepRecord& rec) {
-    recent_norms.push_back(rec.grad_norm);
-    if (recent_norms.size() > 10) recent_norms.pop_front();
-    skipped_in_a_row = rec.is_skipped ? skipped_in_a_row + 1 : 0;
-    std::string reason;
-    if (scaling) {
-      // fp16: an overflow skips the step and lowers the scale; only a run of them is fatal.
-      if (skipped_in_a_row >= options_.max_skipped_steps) {
-        reason = std::to_string(skipped_in_a_row) +
-                 " fp16 steps in a row skipped for non-finite gradients (--max-skipped-steps " +
-                 std::to_string(options_.max_skipped_steps) + ")";
-      }
-    } else if (!std::isfinite(rec.loss)) {
-      reason = std::string("the loss is ") + (std::isnan(rec.loss) ? "nan" : "inf");
-    } else if (rec.grad_norm >= 0 && !std::isfinite(rec.grad_norm)) {
-      reason = "the gradient norm is inf";
-    } else if (std::isnan(rec.grad_norm)) {
-      reason = "the gradient norm is nan";
-    }
-    if (std::isfinite(rec.loss) && !rec.is_skipped) {
-      last_finite_step = rec.step;
-      last_finite_loss = rec.loss;
-    }
-    if (reason.empty() || summary.divergence) return;
-    diverge(rec.step, reason, rec.loss_scale, rec.lr);
-  };
-  auto complete_front = [&] {
-    InFlight& f = in_flight.front();
-    timer.read(f.ticket, f.record);
-    const double comm = std::min(f.comm_ms, f.record.backward_ms);
-    f.record.backward_ms -= comm;
-    f.record.communication_ms += comm;
-    f.record.loss = f.loss.item<double>();
-    if (f.grad_norm.defined()) f.record.grad_norm = f.grad_norm.item<double>();
-    records.push_back(f.record);
-    in_flight.pop_front();
-    if (sink) sink->on_step(records.back());
-    watch(records.back());
-  };
+  void watch(const StepRecord& rec);
+  void diverge(int64_t step, const std::string& reason, double loss_scale, double lr);
+  void checkpoint(int64_t steps_done);
+  void evaluate_periodically(int64_t step);
+  void finish(int64_t step);
+  void summarize_records();
+  void evaluate_at_end();
+
+  Trainer& t_;
+  State& st_;
+  TrainState& run_;
+  BatchSource& batches_;
+  const DatasetSplits& data_;
+  TelemetrySink* sink_;
+  const std::atomic<bool>* stop_;
+  PhaseTimer& timer_;
+  int64_t total_ = 0;
+  int64_t warmup_ = 0;
+  int64_t first_ = 0;
+  bool resumed_ = false;
+  TrainSummary summary_;
+  std::deque<InFlight> in_flight_;
+  // Divergence watch: the last finite loss, the recent gradient norms, fp16 skips in a row.
+  int64_t last_finite_step_ = -1;
+  double last_finite_loss_ = std::numeric_limits<double>::quiet_NaN();
+  std::deque<double> recent_norms_;
+  int64_t skipped_in_a_row_ = 0;
+  bool scaling_ = false;
   // Periodic evaluation: the held-out split when there is one. Its time is not a step's.
-  const bool has_val = data.validation.size() > 0;
-  const TensorDataset& periodic = has_val ? data.validation : data.test;
-  const std::string prefix = has_val ? "val_" : "test_";
-  const auto run_start = Clock::now();
-  st.in_fit = true;
-  st.fit_start = run_start;
-  st.wall_before_s = run.train_wall_s;
-  const double start_offset_ms = run.train_wall_s * 1000.0;
+  bool has_val_ = false;
+  const TensorDataset* periodic_ = nullptr;
+  std::string prefix_;
+  Clock::time_point run_start_;
+  double start_offset_ms_ = 0;
   // Under data parallel the ranks stop (and checkpoint) at the same step: one that stopped
   // alone would leave the others waiting in their next all-reduce. Every few steps they agree
   // on whether any was told to stop, wants a checkpoint or saw the run diverge; the signal
   // reaches them at slightly different steps.
-  const bool agree = sync_ && sync_->world_size() > 1;
-  const bool writer = !sync_ || sync_->rank() == 0;
-  constexpr int64_t kAgreeEvery = 8;
-  // A checkpoint at the boundary after `steps_done` steps: the steps in flight are read first,
-  // and a state that diverged or holds a non-finite parameter is never written.
-  auto checkpoint = [&](int64_t steps_done) {
-    while (!in_flight.empty()) complete_front();
-    if (summary.divergence) return;
-    {
-      torch::NoGradGuard no_grad;
-      for (const at::Tensor& p : st.params) {
-        if (!torch::isfinite(p).all().item<bool>()) return;
-      }
-    }
-    if (sink) sink->on_checkpoint(steps_done);
-    if (writer) summary.last_checkpoint = hook_->save(capture());
-    hook_->saved(steps_done);
-  };
-  int64_t step = first;
-  for (;; ++step) {
-    // The boundary after `step` steps.
-    bool stopping = stop && stop->load();
-    bool due = hook_ && step > first && step < total && hook_->is_due(step);
-    bool diverged = summary.divergence.has_value();
-    if (agree) {
-      if (step % kAgreeEvery == 0) {
-        std::vector<double> votes = {stopping ? 1.0 : 0.0, due ? 1.0 : 0.0, diverged ? 1.0 : 0.0};
-        sync_->sum_across_ranks(votes);
-        stopping = votes[0] > 0;
-        due = votes[1] > 0;
-        diverged = votes[2] > 0;
-      } else {
-        stopping = due = diverged = false;
-      }
-    }
-    if (diverged) {
-      if (!summary.divergence) {
-        // This rank's own records stayed finite: its defaults for scale and LR, as before.
-        diverge(step - 1, "another rank's run diverged", Divergence().loss_scale, Divergence().lr);
-      }
+  bool agree_ = false;
+  bool writer_ = true;
+};
+
+Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetSplits& data,
+                          TelemetrySink* sink, const std::atomic<bool>* stop)
+    : t_(trainer), st_(*trainer.state_), run_(trainer.state_->run), batches_(batches),
+      data_(data), sink_(sink), stop_(stop), timer_(*trainer.timer_) {
+  SATURATE_CHECK(batches.batches_per_epoch() > 0, "train: the batch source yields no batches");
+  total_ = t_.options_.total_steps(batches.batches_per_epoch());
+  warmup_ = t_.options_.resolved_warmup_steps(total_);
+  resumed_ = st_.resume_pending;
+  st_.resume_pending = false;
+  if (!resumed_) run_ = TrainState();
+  first_ = run_.step;
+  SATURATE_CHECK(first_ <= total_, "train: the checkpoint is at step ", first_,
+                 ", past this run's ", total_, " steps");
+  scaling_ = st_.scaler->is_enabled();
+  has_val_ = data.validation.size() > 0;
+  periodic_ = has_val_ ? &data.validation : &data.test;
+  prefix_ = has_val_ ? "val_" : "test_";
+  agree_ = t_.sync_ && t_.sync_->world_size() > 1;
+  writer_ = !t_.sync_ || t_.sync_->rank() == 0;
+}
+
+// Where the run starts: at step 0, or where restore() left it.
+void Trainer::FitLoop::begin() {
+  run_.segment_starts.push_back(static_cast<int64_t>(run_.records.size()));
+  run_.records.reserve(static_cast<size_t>(total_));
+  if (sink_) sink_->on_begin(total_);
+  t_.model_.train(true);
+  if (resumed_) {
+    batches_.seek(run_.epoch, run_.batch_in_epoch);
+  } else {
+    batches_.start_epoch(0);
+  }
+  if (resumed_) summary_.resumed_from_step = first_;
+  for (auto it = run_.records.rbegin(); it != run_.records.rend(); ++it) {
+    if (std::isfinite(it->loss)) {
+      last_finite_step_ = it->step;
+      last_finite_loss_ = it->loss;
       break;
-    }
-    if (hook_ && (due || (stopping && step > first))) checkpoint(step);
-    if (stopping) {
-      summary.is_interrupted = true;
-      break;
-    }
-    if (step >= total) break;
-    StepRecord r;
-    r.step = step;
-    if (memory_) memory_->reset_peak();
-    r.start_ms = start_offset_ms + ms_between(run_start, Clock::now());
-    const int64_t faults_before = minor_page_faults();
-    timer.begin();
-    std::optional<Batch> batch = batches.next();
-    if (!batch) {
-      batches.start_epoch(++run.epoch);
-      run.batch_in_epoch = 0;
-      batch = batches.next();
-      SATURATE_ASSERT(batch.has_value(), "an epoch with no batches");
-    }
-    ++run.batch_in_epoch;
-    r.epoch = run.epoch;
-    r.samples = batch->size;
-    timer.mark(Phase::kDataWait);
-    at::Tensor x = batch->inputs, y = batch->targets;
-    if (device_.is_cuda() && !x.is_cuda()) {
-      // Pinned staging lets the copy run asynchronously with respect to the host (a Loader with
-      // cuda_device set has already copied the batch on its side stream).
-      x = x.pin_memory().to(device_, /*non_blocking=*/true);
-      y = y.pin_memory().to(device_, /*non_blocking=*/true);
-    }
-    if (step == first) check_same_device(state_->params, {x, y}, device_);
-    timer.mark(Phase::kHostToDevice);
-    r.lr = lr_at(step, total, options_.lr, warmup, options_.schedule);
-    set_lr(*state_->optimizer, r.lr);
-    at::Tensor loss;
-    const bool agree_on_oom = options_.agree_on_oom && agree;
-    std::string oom;  // this rank's out-of-memory message, when agree_on_oom
-    try {
-      loss = train_step(x, y, r, &timer);
-    } catch (const Error&) {
-      throw;
-    } catch (const c10::OutOfMemoryError& e) {
-      if (!agree_on_oom) throw;
-      oom = first_line(e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      // A model written for NCHW (a view() of a conv output) fails in the other layout: say
-      // which setting to change rather than only what LibTorch saw.
-      if (step > first || options_.memory_format == MemoryFormat::kContiguous) throw;
-      SATURATE_CHECK(false, "train: ", model_.name(), " cannot run in --memory-format ",
-                     to_string(options_.memory_format), " (", error_gist(e),
-                     "); use --memory-format contiguous");
-    }
-    // Data parallel trials: did any rank run out of memory in this step? Asked outside the
-    // timed step (its all-reduce is not the step's), by a rank that did straight away.
-    auto agree_oom = [&] {
-      std::vector<double> votes = {oom.empty() ? 0.0 : 1.0};
-      sync_->sum_across_ranks(votes);
-      if (votes[0] == 0) return;
-      TORCH_CHECK_WITH(OutOfMemoryError, false,
-                       oom.empty() ? "another rank ran out of memory in step " +
-                                         std::to_string(step) +
-                                         " (data parallel: one rank's out-of-memory is every rank's)"
-                                   : oom);
-    };
-    if (agree_on_oom && !oom.empty()) agree_oom();
-    const int64_t ticket = timer.finish();
-    if (agree_on_oom) agree_oom();
-    const int64_t faults_after = minor_page_faults();
-    if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
-    // Allocations happen at enqueue time, so the peak is known now even on CUDA.
-    if (memory_) r.mem_peak_bytes = memory_->snapshot().peak_bytes;
-    in_flight.push_back(InFlight{r, std::move(loss), last_grad_norm_, ticket, r.communication_ms});
-    run.step = step + 1;
-    while (!in_flight.empty() &&
-           (in_flight.size() > kMaxInFlight || timer.ready(in_flight.front().ticket))) {
-      complete_front();
-    }
-    if (options_.evaluate && options_.eval_every > 0 && (step + 1) % options_.eval_every == 0 &&
-        step + 1 < total && periodic.size() > 0 && !summary.divergence) {
-      while (!in_flight.empty()) complete_front();
-      const EvalResult ev = evaluate(periodic, data.normalize_mean, data.normalize_std);
-      if (sink) {
-        sink->on_eval(step + 1, prefix + "accuracy", ev.accuracy);
-        sink->on_eval(step + 1, prefix + "loss", ev.loss);
-      }
     }
   }
-  while (!in_flight.empty()) complete_front();
+  run_start_ = Clock::now();
+  st_.in_fit = true;
+  st_.fit_start = run_start_;
+  st_.wall_before_s = run_.train_wall_s;
+  start_offset_ms_ = run_.train_wall_s * 1000.0;
+}
+
+TrainSummary Trainer::FitLoop::run() {
+  begin();
+  int64_t step = first_;
+  while (continue_at_boundary(step)) {
+    take_step(step);
+    ++step;
+  }
+  finish(step);
+  return summary_;
+}
+
+// The boundary after `step` steps: stop as diverged, as told, or at the end; checkpoint when
+// due. False: the loop ends here.
+bool Trainer::FitLoop::continue_at_boundary(int64_t step) {
+  CheckpointHook* hook = t_.hook_;
+  bool stopping = stop_ && stop_->load();
+  bool due = hook && step > first_ && step < total_ && hook->is_due(step);
+  bool diverged = summary_.divergence.has_value();
+  if (agree_) {
+    if (step % kAgreeEvery == 0) {
+      std::vector<double> votes = {stopping ? 1.0 : 0.0, due ? 1.0 : 0.0, diverged ? 1.0 : 0.0};
+      t_.sync_->sum_across_ranks(votes);
+      stopping = votes[0] > 0;
+      due = votes[1] > 0;
+      diverged = votes[2] > 0;
+    } else {
+      stopping = due = diverged = false;
+    }
+  }
+  if (diverged) {
+    if (!summary_.divergence) {
+      // This rank's own records stayed finite: its defaults for scale and LR, as before.
+      diverge(step - 1, "another rank's run diverged", Divergence().loss_scale, Divergence().lr);
+    }
+    return false;
+  }
+  if (hook && (due || (stopping && step > first_))) checkpoint(step);
+  if (stopping) {
+    summary_.is_interrupted = true;
+    return false;
+  }
+  return step < total_;
+}
+
+// The next batch, starting the next epoch when this one is done.
+Batch Trainer::FitLoop::next_batch(StepRecord& r) {
+  std::optional<Batch> batch = batches_.next();
+  if (!batch) {
+    batches_.start_epoch(++run_.epoch);
+    run_.batch_in_epoch = 0;
+    batch = batches_.next();
+    SATURATE_ASSERT(batch.has_value(), "an epoch with no batches");
+  }
+  ++run_.batch_in_epoch;
+  r.epoch = run_.epoch;
+  r.samples = batch->size;
+  return std::move(*batch);
+}
+
+void Trainer::FitLoop::take_step(int64_t step) {
+  StepRecord r;
+  r.step = step;
+  if (t_.memory_) t_.memory_->reset_peak();
+  r.start_ms = start_offset_ms_ + ms_between(run_start_, Clock::now());
+  const int64_t faults_before = minor_page_faults();
+  timer_.begin();
+  const Batch batch = next_batch(r);
+  timer_.mark(Phase::kDataWait);
+  at::Tensor x = batch.inputs, y = batch.targets;
+  if (t_.device_.is_cuda() && !x.is_cuda()) {
+    // Pinned staging lets the copy run asynchronously with respect to the host (a Loader with
+    // cuda_device set has already copied the batch on its side stream).
+    x = x.pin_memory().to(t_.device_, /*non_blocking=*/true);
+    y = y.pin_memory().to(t_.device_, /*non_blocking=*/true);
+  }
+  if (step == first_) check_same_device(st_.params, {x, y}, t_.device_);
+  timer_.mark(Phase::kHostToDevice);
+  r.lr = lr_at(step, total_, t_.options_.lr, warmup_, t_.options_.schedule);
+  set_lr(*st_.optimizer, r.lr);
+  const bool agree_on_oom = t_.options_.agree_on_oom && agree_;
+  std::string oom;  // this rank's out-of-memory message, when agree_on_oom
+  at::Tensor loss = train_step_or_oom(x, y, r, step, oom);
+  if (agree_on_oom && !oom.empty()) agree_oom(step, oom);
+  const int64_t ticket = timer_.finish();
+  if (agree_on_oom) agree_oom(step, oom);
+  const int64_t faults_after = minor_page_faults();
+  if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
+  // Allocations happen at enqueue time, so the peak is known now even on CUDA.
+  if (t_.memory_) r.mem_peak_bytes = t_.memory_->snapshot().peak_bytes;
+  in_flight_.push_back(InFlight{r, std::move(loss), t_.last_grad_norm_, ticket, r.communication_ms});
+  run_.step = step + 1;
+  while (!in_flight_.empty() &&
+         (in_flight_.size() > kMaxInFlight || timer_.ready(in_flight_.front().ticket))) {
+    complete_front();
+  }
+  evaluate_periodically(step);
+}
+
+// Trainer::train_step, with its out-of-memory kept in `oom` when the ranks agree on it, and a
+// model that cannot run in the chosen memory format named as such.
+at::Tensor Trainer::FitLoop::train_step_or_oom(const at::Tensor& x, const at::Tensor& y,
+                                               StepRecord& r, int64_t step, std::string& oom) {
+  const TrainOptions& o = t_.options_;
+  try {
+    return t_.train_step(x, y, r, &timer_);
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::OutOfMemoryError& e) {
+    if (!(o.agree_on_oom && agree_)) throw;
+    oom = first_line(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    // A model written for NCHW (a view() of a conv output) fails in the other layout: say
+    // which setting to change rather than only what LibTorch saw.
+    if (step > first_ || o.memory_format == MemoryFormat::kContiguous) throw;
+    SATURATE_CHECK(false, "train: ", t_.model_.name(), " cannot run in --memory-format ",
+                   to_string(o.memory_format), " (", error_gist(e),
+                   "); use --memory-format contiguous");
+  }
+  return at::Tensor();
+}
+
+// Data parallel trials: did any rank run out of memory in this step? Asked outside the timed
+// step (its all-reduce is not the step's), by a rank that did straight away.
+void Trainer::FitLoop::agree_oom(int64_t step, const std::string& oom) {
+  std::vector<double> votes = {oom.empty() ? 0.0 : 1.0};
+  t_.sync_->sum_across_ranks(votes);
+  if (votes[0] == 0) return;
+  TORCH_CHECK_WITH(OutOfMemoryError, false,
+                   oom.empty() ? "another rank ran out of memory in step " + std::to_string(step) +
+                                     " (data parallel: one rank's out-of-memory is every rank's)"
+                               : oom);
+}
+
+void Trainer::FitLoop::complete_front() {
+  InFlight& f = in_flight_.front();
+  timer_.read(f.ticket, f.record);
+  const double comm = std::min(f.comm_ms, f.record.backward_ms);
+  f.record.backward_ms -= comm;
+  f.record.communication_ms += comm;
+  f.record.loss = f.loss.item<double>();
+  if (f.grad_norm.defined()) f.record.grad_norm = f.grad_norm.item<double>();
+  std::vector<StepRecord>& records = run_.records;
+  records.push_back(f.record);
+  in_flight_.pop_front();
+  if (sink_) sink_->on_step(records.back());
+  watch(records.back());
+}
+
+// The diagnosis of a run that diverged at `step`, with what the watch saw up to it.
+void Trainer::FitLoop::diverge(int64_t step, const std::string& reason, double loss_scale,
+                               double lr) {
+  Divergence d;
+  d.step = step;
+  d.reason = reason;
+  d.last_finite_step = last_finite_step_;
+  d.last_finite_loss = last_finite_loss_;
+  d.loss_scale = loss_scale;
+  d.lr = lr;
+  d.grad_norms.assign(recent_norms_.begin(), recent_norms_.end());
+  summary_.divergence = d;
+}
+
+void Trainer::FitLoop::watch(const StepRecord& rec) {
+  recent_norms_.push_back(rec.grad_norm);
+  if (recent_norms_.size() > 10) recent_norms_.pop_front();
+  skipped_in_a_row_ = rec.is_skipped ? skipped_in_a_row_ + 1 : 0;
+  const int64_t max_skipped = t_.options_.max_skipped_steps;
+  std::string reason;
+  if (scaling_) {
+    // fp16: an overflow skips the step and lowers the scale; only a run of them is fatal.
+    if (skipped_in_a_row_ >= max_skipped) {
+      reason = std::to_string(skipped_in_a_row_) +
+               " fp16 steps in a row skipped for non-finite gradients (--max-skipped-steps " +
+               std::to_string(max_skipped) + ")";
+    }
+  } else if (!std::isfinite(rec.loss)) {
+    reason = std::string("the loss is ") + (std::isnan(rec.loss) ? "nan" : "inf");
+  } else if (rec.grad_norm >= 0 && !std::isfinite(rec.grad_norm)) {
+    reason = "the gradient norm is inf";
+  } else if (std::isnan(rec.grad_norm)) {
+    reason = "the gradient norm is nan";
+  }
+  if (std::isfinite(rec.loss) && !rec.is_skipped) {
+    last_finite_step_ = rec.step;
+    last_finite_loss_ = rec.loss;
+  }
+  if (reason.empty() || summary_.divergence) return;
+  diverge(rec.step, reason, rec.loss_scale, rec.lr);
+}
+
+// A checkpoint at the boundary after `steps_done` steps: the steps in flight are read first,
+// and a state that diverged or holds a non-finite parameter is never written.
+void Trainer::FitLoop::checkpoint(int64_t steps_done) {
+  drain();
+  if (summary_.divergence) return;
+  {
+    torch::NoGradGuard no_grad;
+    for (const at::Tensor& p : st_.params) {
+      if (!torch::isfinite(p).all().item<bool>()) return;
+    }
+  }
+  if (sink_) sink_->on_checkpoint(steps_done);
+  if (writer_) summary_.last_checkpoint = t_.hook_->save(t_.capture());
+  t_.hook_->saved(steps_done);
+}
+
+void Trainer::FitLoop::evaluate_periodically(int64_t step) {
+  const TrainOptions& o = t_.options_;
+  if (!(o.evaluate && o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < total_ &&
+        periodic_->size() > 0 && !summary_.divergence))
+    return;
+  drain();
+  const EvalResult ev = t_.evaluate(*periodic_, data_.normalize_mean, data_.normalize_std);
+  if (sink_) {
+    sink_->on_eval(step + 1, prefix_ + "accuracy", ev.accuracy);
+    sink_->on_eval(step + 1, prefix_ + "loss", ev.loss);
+  }
+}
+
+// After the last step (`step` steps done): the records read, a final checkpoint, the summary
+// and the evaluation at the end.
+void Trainer::FitLoop::finish(int64_t step) {
+  drain();
   // The completed run's state is worth keeping too: a resume of it has nothing left to do, and
   // a longer run can continue from it.
-  if (hook_ && !summary.is_interrupted && !summary.divergence && step > first) checkpoint(step);
-  st.in_fit = false;
-  run.train_wall_s = st.wall_before_s + std::chrono::duration<double>(Clock::now() - run_start).count();
-  summary.train_wall_s = run.train_wall_s;
+  if (t_.hook_ && !summary_.is_interrupted && !summary_.divergence && step > first_)
+    checkpoint(step);
+  st_.in_fit = false;
+  run_.train_wall_s =
+      st_.wall_before_s + std::chrono::duration<double>(Clock::now() - run_start_).count();
+  summary_.train_wall_s = run_.train_wall_s;
+  summarize_records();
+  evaluate_at_end();
+  if (sink_) sink_->on_end();
+}
 
-  summary.steps = static_cast<int64_t>(records.size());
+void Trainer::FitLoop::summarize_records() {
+  const std::vector<StepRecord>& records = run_.records;
+  const int64_t warmup_steps = t_.options_.timing_warmup_steps;
+  summary_.steps = static_cast<int64_t>(records.size());
   for (const auto& r : records) {
-    summary.samples += r.samples;
-    summary.peak_memory_bytes = std::max(summary.peak_memory_bytes, r.mem_peak_bytes);
-    summary.skipped_steps += r.is_skipped ? 1 : 0;
+    summary_.samples += r.samples;
+    summary_.peak_memory_bytes = std::max(summary_.peak_memory_bytes, r.mem_peak_bytes);
+    summary_.skipped_steps += r.is_skipped ? 1 : 0;
   }
-  summary.loss_scale = state_->scaler->is_enabled() ? state_->scaler->get_scale() : 1.0;
+  summary_.loss_scale = st_.scaler->is_enabled() ? st_.scaler->get_scale() : 1.0;
   // Epochs in the source's batches: a streamed or held-out-reduced split is not `data.train`.
-  summary.epochs =
-      static_cast<double>(records.size()) / static_cast<double>(batches.batches_per_epoch());
-  if (run.segment_starts.size() <= 1) {
-    summary.samples_per_s = steady_samples_per_s(records, options_.timing_warmup_steps);
-    summary.phases = mean_phases(records, static_cast<size_t>(options_.timing_warmup_steps));
+  summary_.epochs =
+      static_cast<double>(records.size()) / static_cast<double>(batches_.batches_per_epoch());
+  if (run_.segment_starts.size() <= 1) {
+    summary_.samples_per_s = steady_samples_per_s(records, warmup_steps);
+    summary_.phases = mean_phases(records, static_cast<size_t>(warmup_steps));
   } else {
     // A resumed run: each part warmed up again (a fresh process, cold caches), so each part's
     // first steps are left out.
     std::vector<StepRecord> steady;
-    for (size_t i = 0; i < run.segment_starts.size(); ++i) {
-      const size_t begin = static_cast<size_t>(run.segment_starts[i]);
-      const size_t end = i + 1 < run.segment_starts.size()
-                             ? static_cast<size_t>(run.segment_starts[i + 1])
-                             : records.size();
-      const size_t from = begin + static_cast<size_t>(std::max<int64_t>(0, options_.timing_warmup_steps));
+    const std::vector<int64_t>& starts = run_.segment_starts;
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const size_t begin = static_cast<size_t>(starts[i]);
+      const size_t end =
+          i + 1 < starts.size() ? static_cast<size_t>(starts[i + 1]) : records.size();
+      const size_t from = begin + static_cast<size_t>(std::max<int64_t>(0, warmup_steps));
       for (size_t k = from; k < end && k < records.size(); ++k) steady.push_back(records[k]);
     }
     if (steady.empty()) steady = records;
-    summary.samples_per_s = steady_samples_per_s(steady, 0);
-    summary.phases = mean_phases(steady, 0);
+    summary_.samples_per_s = steady_samples_per_s(steady, 0);
+    summary_.phases = mean_phases(steady, 0);
   }
   const size_t tail = std::min<size_t>(50, records.size());
   double tail_loss = 0.0;
   for (size_t i = records.size() - tail; i < records.size(); ++i) tail_loss += records[i].loss;
-  summary.final_loss = tail ? tail_loss / static_cast<double>(tail) : 0.0;
+  summary_.final_loss = tail ? tail_loss / static_cast<double>(tail) : 0.0;
+}
 
-  const bool evaluate_now = options_.evaluate && !summary.is_interrupted && !summary.divergence;
-  if (evaluate_now && has_val) {
-    const EvalResult ev = evaluate(data.validation, data.normalize_mean, data.normalize_std);
-    summary.val_accuracy = ev.accuracy;
-    summary.val_loss = ev.loss;
-    if (sink) {
-      sink->on_eval(summary.steps, "val_accuracy", ev.accuracy);
-      sink->on_eval(summary.steps, "val_loss", ev.loss);
+void Trainer::FitLoop::evaluate_at_end() {
+  if (!t_.options_.evaluate || summary_.is_interrupted || summary_.divergence) return;
+  auto report = [&](const TensorDataset& split, const std::string& name, double& accuracy,
+                    double& loss) {
+    const EvalResult ev = t_.evaluate(split, data_.normalize_mean, data_.normalize_std);
+    accuracy = ev.accuracy;
+    loss = ev.loss;
+    if (sink_) {
+      sink_->on_eval(summary_.steps, name + "_accuracy", ev.accuracy);
+      sink_->on_eval(summary_.steps, name + "_loss", ev.loss);
     }
-  }
-  if (evaluate_now && data.test.size() > 0) {
-    EvalResult ev = evaluate(data.test, data.normalize_mean, data.normalize_std);
-    summary.test_accuracy = ev.accuracy;
-    summary.test_loss = ev.loss;
-    if (sink) {
-      sink->on_eval(summary.steps, "test_accuracy", ev.accuracy);
-      sink->on_eval(summary.steps, "test_loss", ev.loss);
-    }
-  }
-  if (sink) sink->on_end();
-  return summary;
+  };
+  if (has_val_) report(data_.validation, "val", summary_.val_accuracy, summary_.val_loss);
+  if (data_.test.size() > 0)
+    report(data_.test, "test", summary_.test_accuracy, summary_.test_loss);
+}
+
+TrainSummary Trainer::fit(BatchSource& batches, const DatasetSplits& data, TelemetrySink* sink,
+                          const std::atomic<bool>* stop) {
+  return FitLoop(*this, batches, data, sink, stop).run();
 }
 
 TrainState Trainer::capture() const {

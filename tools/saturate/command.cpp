@@ -108,42 +108,6 @@ void FileSinks::finish(DistGroup* group) {
 
 FileSinks::~FileSinks() = default;
 
-RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, int threads,
-                           double gemm_gflops) {
-  RunFacts f;
-  f.device = device.str();
-  f.gpu_present = probe.cuda_available && !probe.gpus.empty();
-  if (device.is_cuda()) {
-    const auto index = static_cast<size_t>(device.has_index() ? device.index() : 0);
-    if (index < probe.gpus.size()) {
-      const CudaDeviceInfo& gpu = probe.gpus[index];
-      f.bf16_fast = gpu.has_bf16;
-      f.fp16_fast = gpu.cc_major >= 7;  // tensor cores from Volta on
-      f.memory_limit_bytes = gpu.mem_total_bytes;
-    }
-    f.pinned_memory = true;  // the loader pins its buffers for a GPU
-  } else {
-    f.bf16_fast = probe.cpu.has_bf16;
-  }
-  f.cores_usable = probe.cpu.cores_usable;
-  f.intra_op_threads = threads;
-  f.blas = probe.blas.name;
-  f.gemm_gflops = gemm_gflops;
-  return f;
-}
-
-void print_findings(std::ostream& os, const std::vector<Finding>& findings) {
-  if (findings.empty()) {
-    os << "  findings: none (no rule fired)\n";
-    return;
-  }
-  os << "  findings:\n";
-  for (const Finding& f : findings) {
-    os << "    [" << to_string(f.severity) << "] " << f.title << "\n"
-       << "      → " << f.recommendation << "\n";
-  }
-}
-
 bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
 
 namespace {

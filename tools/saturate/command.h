@@ -11,8 +11,10 @@
 
 #include <c10/core/Device.h>
 
-#include "saturate/diagnose/diagnose.h"
 #include "saturate/device/probe.h"
+#include "saturate/diagnose/diagnose.h"
+#include "saturate/diagnose/run_facts.h"     // environment_facts
+#include "saturate/report/findings_table.h"  // print_findings
 
 namespace CLI {
 class App;
@@ -89,14 +91,6 @@ struct FileSinks {
 inline constexpr const char* kDataSpecHelp =
     "fashion-mnist, mnist, idx:DIR, cifar10:DIR, cifar100:DIR, npy:DIR, records:DIR, "
     "folder:DIR[@HxWxC] or synthetic:C,H,W,CLASSES,COUNT[,DECODE_US]";
-
-/// What diagnose() needs to know of the environment: the device that runs and whether a GPU
-/// is there, its fast precisions, usable cores, intra-op threads, the BLAS and its measured
-/// GEMM rate (`gemm_gflops`, -1 when not measured).
-RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, int threads,
-                           double gemm_gflops);
-/// The findings as an indented block for the terminal ("  findings: none" when empty).
-void print_findings(std::ostream& os, const std::vector<Finding>& findings);
 
 /// This saturate executable's path (/proc/self/exe).
 std::string self_executable();

@@ -121,18 +121,15 @@ void print_divergence(std::ostream& err, const Divergence& d, const TrainOptions
   err << "  last good checkpoint: " << (last_checkpoint.empty() ? "none" : last_checkpoint) << "\n";
 }
 
-nlohmann::json divergence_json(const std::optional<Divergence>& d) {
-  if (!d) return nullptr;
-  nlohmann::json norms = nlohmann::json::array();
-  for (double g : d->grad_norms) norms.push_back(std::isfinite(g) ? nlohmann::json(g) : nullptr);
-  return {{"step", d->step},
-          {"reason", d->reason},
-          {"last_finite_step", d->last_finite_step},
-          {"last_finite_loss",
-           std::isfinite(d->last_finite_loss) ? nlohmann::json(d->last_finite_loss) : nullptr},
-          {"loss_scale", d->loss_scale},
-          {"lr", d->lr},
-          {"grad_norms", norms}};
+nlohmann::json checkpoint_recipe(const std::string& model, const std::string& data,
+                                 int64_t train_samples, int world_size, const TrainOptions& o) {
+  return {{"model", model},          {"data", data},
+          {"train_samples", train_samples}, {"world_size", world_size},
+          {"batch_size", o.batch_size}, {"accumulate", o.accumulate},
+          {"optimizer", to_string(o.optimizer)}, {"precision", to_string(o.precision)},
+          {"seed", o.seed},             {"steps", o.steps},
+          {"epochs", o.epochs},         {"lr", o.lr},
+          {"schedule", to_string(o.schedule)}, {"clip_grad_norm", o.clip_grad_norm}};
 }
 
 }  // namespace saturate::cli

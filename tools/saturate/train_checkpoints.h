@@ -50,7 +50,8 @@ void check_resumable(const LoadedCheckpoint& checkpoint, const nlohmann::json& r
 /// Prints why the run stopped as diverged and what to try, on `err`.
 void print_divergence(std::ostream& err, const Divergence& d, const TrainOptions& o,
                       const std::string& last_checkpoint);
-/// The divergence as JSON for the summary (null when none).
-nlohmann::json divergence_json(const std::optional<Divergence>& d);
+/// What a checkpoint must share with the run that continues it (check_resumable compares it).
+nlohmann::json checkpoint_recipe(const std::string& model, const std::string& data,
+                                 int64_t train_samples, int world_size, const TrainOptions& o);
 
 }  // namespace saturate::cli

@@ -77,8 +77,9 @@ struct TrainOptions {
 
   /// Throws saturate::Error naming the first invalid field (sizes <= 0, lr <= 0, ...).
   void validate() const;
-  /// Optimizer steps for a dataset of `train_size` samples.
-  int64_t total_steps(int64_t train_size) const;
+  /// Optimizer steps of the run: `steps`, else `epochs` of `batches_per_epoch` (the batch
+  /// source's: a sharded or held-out-reduced split has fewer than the dataset).
+  int64_t total_steps(int64_t batches_per_epoch) const;
   /// The warm-up length actually used for a run of `total_steps`.
   int64_t resolved_warmup_steps(int64_t total_steps) const;
 };

@@ -132,6 +132,7 @@ class Trainer {
 
  private:
   struct State;
+  class FitLoop;  // one fit(): the step loop and what it tracks between steps
   // One optimizer step on a batch already on the device: micro-batches under autocast, scaled
   // backward, (scaled) optimizer step. Marks forward/backward/optimizer on `timer` (may be
   // null), sets loss scale and the skipped flag, and returns the step's loss as a device

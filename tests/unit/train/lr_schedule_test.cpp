@@ -42,9 +42,9 @@ TEST(TrainOptions, StepsAndWarmupResolve) {
   TrainOptions o;
   o.batch_size = 64;
   o.epochs = 2;
-  EXPECT_EQ(o.total_steps(60000), 2 * 938);
+  EXPECT_EQ(o.total_steps(/*batches_per_epoch=*/938), 2 * 938);
   o.steps = 7;
-  EXPECT_EQ(o.total_steps(60000), 7);
+  EXPECT_EQ(o.total_steps(/*batches_per_epoch=*/938), 7);
   EXPECT_EQ(o.resolved_warmup_steps(938), 18);    // 2% of the run
   EXPECT_EQ(o.resolved_warmup_steps(100000), 100);  // capped
   o.warmup_steps = 5;

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The outputs of a training run: the summary JSON (`saturate train --summary-json`, which
+// `saturate compare` reads as a train run) and the summary printed at its end.
+//
+//   TrainReport r;  r.summary = trainer.fit(loader, splits);  r.options = opts;  ...
+//   write_train_table(std::cout, r);
+//   write_json_file("summary.json", train_report_to_json(r));
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "saturate/data/loader.h"
+#include "saturate/device/probe.h"
+#include "saturate/train/train_options.h"
+#include "saturate/train/trainer.h"
+
+namespace saturate {
+
+/// A finished (or stopped) run and what it ran with.
+struct TrainReport {
+  TrainSummary summary;  ///< rank 0's under data parallel (every rank holds the same weights)
+  TrainOptions options;
+  std::string model;   ///< the model's name
+  std::string data;    ///< the data spec
+  std::string device;  ///< "cpu", "cuda:0", …
+  DeviceProbe probe;   ///< for the context block
+  int threads = 0;     ///< intra-op threads per process
+  int world_size = 1;  ///< data-parallel ranks; each trained options.batch_size per step
+  int workers = 0;
+  int prefetch = 2;
+  int64_t memory_limit_bytes = 0;  ///< 0: the device's own
+  LoaderStats loader;              ///< this rank's
+  int64_t val_samples = 0;         ///< held out for validation
+  bool is_terminated = false;      ///< SIGTERM stopped it (interrupted is set too)
+};
+
+/// schema_version 1: configuration, loader, throughput (rank 0's and the job's), memory, loss
+/// scaling, final loss, validation and test results (null when not evaluated), interruption,
+/// resume and checkpoint, divergence (null when none), phases_ms and the context block.
+nlohmann::json train_report_to_json(const TrainReport& report);
+
+/// The divergence diagnosis as JSON (null when none); non-finite numbers are null.
+nlohmann::json divergence_to_json(const std::optional<Divergence>& divergence);
+
+/// "saturate train: MODEL on DATA, DEVICE, N threads" and one row per figure: steps, samples/s,
+/// step time by phase, precision, memory, loss scale (fp16), train time, resume, checkpoint,
+/// final loss, validation and test results.
+void write_train_table(std::ostream& out, const TrainReport& report);
+
+}  // namespace saturate

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/report/train_report.h"
+
+#include <cmath>
+#include <ostream>
+
+#include "saturate/core/units.h"
+#include "saturate/report/context.h"
+
+namespace saturate {
+namespace {
+
+using json = nlohmann::json;
+
+json nan_to_null(double v) { return std::isnan(v) ? json() : json(v); }
+
+json loader_json(const TrainReport& r) {
+  return {{"workers", r.workers},
+          {"prefetch", r.prefetch},
+          {"samples", r.loader.samples},
+          {"cache_hit_rate", r.loader.cache_hit_rate()},
+          {"worker_busy_s", r.loader.worker_busy_s},
+          {"wait_s", r.loader.wait_s}};
+}
+
+json phases_json(const PhaseBreakdown& p) {
+  return {{"data_wait", p.data_wait_ms}, {"host_to_device", p.host_to_device_ms},
+          {"forward", p.forward_ms},     {"backward", p.backward_ms},
+          {"optimizer", p.optimizer_ms}, {"communication", p.communication_ms},
+          {"other", p.other_ms},         {"step", p.step_ms}};
+}
+
+// The configuration the run trained with.
+void add_options(const TrainReport& r, json& j) {
+  const TrainOptions& o = r.options;
+  j["batch_size"] = o.batch_size;
+  j["global_batch_size"] = o.batch_size * r.world_size;
+  j["optimizer"] = to_string(o.optimizer);
+  j["lr"] = o.lr;
+  j["clip_grad_norm"] = o.clip_grad_norm;
+  j["schedule"] = to_string(o.schedule);
+  j["seed"] = o.seed;
+  j["precision"] = to_string(o.precision);
+  j["accumulate"] = o.accumulate;
+  j["recompute_segments"] = o.recompute_segments;
+  j["memory_format"] = to_string(o.memory_format);
+  j["eval_batch_size"] = o.eval_batch_size;
+}
+
+// What the run measured and how it ended.
+void add_results(const TrainReport& r, json& j) {
+  const TrainSummary& s = r.summary;
+  // Ranks step together (each waits for the all-reduce), so the job makes world × rank 0's.
+  j["job_samples_per_s"] = s.samples_per_s * r.world_size;
+  j["peak_memory_bytes"] = s.peak_memory_bytes;
+  j["skipped_steps"] = s.skipped_steps;
+  j["loss_scale"] = s.loss_scale;
+  j["steps"] = s.steps;
+  j["samples"] = s.samples;
+  j["epochs"] = s.epochs;
+  j["samples_per_s"] = s.samples_per_s;
+  j["train_wall_s"] = s.train_wall_s;
+  j["final_loss"] = s.final_loss;
+  j["test_accuracy"] = nan_to_null(s.test_accuracy);
+  j["test_loss"] = nan_to_null(s.test_loss);
+  j["val_accuracy"] = nan_to_null(s.val_accuracy);
+  j["val_loss"] = nan_to_null(s.val_loss);
+  j["interrupted"] = s.is_interrupted;
+  j["resumed_from_step"] = s.resumed_from_step;
+  j["last_checkpoint"] = s.last_checkpoint;
+  j["divergence"] = divergence_to_json(s.divergence);
+  j["phases_ms"] = phases_json(s.phases);
+}
+
+}  // namespace
+
+json divergence_to_json(const std::optional<Divergence>& d) {
+  if (!d) return nullptr;
+  json norms = json::array();
+  for (double g : d->grad_norms) norms.push_back(std::isfinite(g) ? json(g) : nullptr);
+  return {{"step", d->step},
+          {"reason", d->reason},
+          {"last_finite_step", d->last_finite_step},
+          {"last_finite_loss",
+           std::isfinite(d->last_finite_loss) ? json(d->last_finite_loss) : nullptr},
+          {"loss_scale", d->loss_scale},
+          {"lr", d->lr},
+          {"grad_norms", norms}};
+}
+
+json train_report_to_json(const TrainReport& r) {
+  json j;
+  j["schema_version"] = 1;
+  j["model"] = r.model;
+  j["data"] = r.data;
+  j["loader"] = loader_json(r);
+  j["device"] = r.device;
+  j["threads"] = r.threads;
+  j["world_size"] = r.world_size;
+  j["memory_limit_bytes"] = r.memory_limit_bytes;
+  j["val_samples"] = r.val_samples;
+  j["terminated"] = r.is_terminated;
+  add_options(r, j);
+  add_results(r, j);
+  j["context"] = run_context(r.probe, r.device);
+  return j;
+}
+
+void write_train_table(std::ostream& out, const TrainReport& r) {
+  const TrainSummary& s = r.summary;
+  const TrainOptions& o = r.options;
+  const int world = r.world_size;
+  auto row = [&](const std::string& k, const std::string& v) {
+    std::string key = k;
+    key.resize(16, ' ');
+    out << "  " << key << v << "\n";
+  };
+  out << "saturate train: " << r.model << " on " << r.data << ", " << r.device << ", "
+      << r.threads << " threads" << (s.is_interrupted ? " (interrupted)" : "") << "\n";
+  row("steps", std::to_string(s.steps) + " (" + format_fixed(s.epochs, 2) + " epochs, batch " +
+                   std::to_string(o.batch_size) +
+                   (world > 1 ? " per rank × " + std::to_string(world) + " ranks = " +
+                                    std::to_string(o.batch_size * world)
+                              : std::string()) +
+                   ")");
+  row("samples/s", world > 1 ? format_fixed(s.samples_per_s * world, 1) + " (steady state, " +
+                                   std::to_string(world) + " ranks in step: " +
+                                   format_fixed(s.samples_per_s, 1) + " on rank 0)"
+                             : format_fixed(s.samples_per_s, 1) + " (steady state)");
+  row("step time", format_fixed(s.phases.step_ms, 2) + " ms: data " +
+                       format_fixed(s.phases.data_wait_ms, 2) + ", forward " +
+                       format_fixed(s.phases.forward_ms, 2) + ", backward " +
+                       format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
+                       format_fixed(s.phases.optimizer_ms, 2) +
+                       (world > 1 ? ", communication " + format_fixed(s.phases.communication_ms, 2)
+                                  : std::string()));
+  row("precision", to_string(o.precision) +
+                       (o.memory_format != MemoryFormat::kContiguous
+                            ? ", " + to_string(o.memory_format)
+                            : std::string()) +
+                       (o.accumulate > 1
+                            ? ", " + std::to_string(o.accumulate) + " micro-batches per step"
+                            : std::string()));
+  if (s.peak_memory_bytes > 0) row("peak memory", format_bytes(s.peak_memory_bytes));
+  if (o.precision == Precision::kFp16)
+    row("loss scale", format_fixed(s.loss_scale, 0) + " (" + std::to_string(s.skipped_steps) +
+                          " steps skipped for non-finite gradients)");
+  row("train time", format_duration_s(s.train_wall_s));
+  if (s.resumed_from_step >= 0) row("resumed", "from step " + std::to_string(s.resumed_from_step));
+  if (!s.last_checkpoint.empty()) row("checkpoint", s.last_checkpoint);
+  row("final loss", format_fixed(s.final_loss, 4) + " (mean of the last 50 steps)");
+  if (!std::isnan(s.val_accuracy)) {
+    row("val accuracy", format_fixed(100.0 * s.val_accuracy, 2) + " %");
+    row("val loss", format_fixed(s.val_loss, 4));
+  }
+  if (!std::isnan(s.test_accuracy)) {
+    row("test accuracy", format_fixed(100.0 * s.test_accuracy, 2) + " %");
+    row("test loss", format_fixed(s.test_loss, 4));
+  }
+}
+
+}  // namespace saturate
