@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -57,14 +58,13 @@ struct ProfileOptions {
 
 /// What a profile runs on, resolved by the caller; everything referenced must outlive the call.
 struct ProfileJob {
-  ProfileJob(const TrainingInput& input, Loader& loader, c10::Device device,
-             const DeviceProbe& probe)
-      : input(input), loader(loader), device(device), probe(probe) {}
+  ProfileJob(const TrainingInput& input, Loader& loader, c10::Device device, DeviceProbe probe)
+      : input(input), loader(loader), device(device), probe(std::move(probe)) {}
 
   const TrainingInput& input;  ///< the splits, the model's input, the one-process run's source
   Loader& loader;              ///< this rank's training batches (sharded under data parallel)
   c10::Device device;          ///< this rank's
-  const DeviceProbe& probe;
+  DeviceProbe probe;             ///< what the report and the diagnosis say of the machine
   DistEnv dist;                 ///< one process unless a launcher started this one as a rank
   DistGroup* group = nullptr;   ///< joined, when dist.is_distributed()
   GradientSync* sync = nullptr;
@@ -113,9 +113,10 @@ struct Profile {
   SampleSummary device_samples;
   std::string gpu_status;  ///< "NVML: N GPUs", or why GPUs were not sampled
 
-  // Everything below is rank 0's to measure; other ranks leave it at the defaults.
-  /// Every rank's times, in rank order (one entry for one process).
+  /// Every rank's times, in rank order (one entry for one process); gathered by every rank.
   std::vector<RankTimes> ranks;
+
+  // Everything below is rank 0's to measure; other ranks leave it at the defaults.
   /// Rank 0 alone on the same steps (0: not measured; one_process_why says why when known).
   double one_process_samples_per_s = 0;
   std::string one_process_why;
