@@ -1280,8 +1280,12 @@ def case_issue15_tune_measures_ranks_against_threads(tmp):
     # Samples that cost 300 us each to make: one process decodes them on one core (its workers
     # compete with its training thread), two processes on two. Usually 2 ranks win here.
     plan_path = os.path.join(tmp, "plan.json")
+    # The user's batch kept and no quality guard: the guard sizes its runs to the budget left
+    # and, on a loaded machine (ctest --parallel), left too little for the ranks stage, the
+    # subject here; a grown batch makes each ranks run longer than the budget affords.
     code, out, err = run("tune", "--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
                          "--batch-size", "64", "--budget-s", "60", "--max-ranks", "2",
+                         "--effective-batch", "keep", "--quality-samples", "0",
                          "--out", plan_path, timeout=240)
     if code != 0:
         fail(f"tune exit {code}\n{out}\n{err}")
