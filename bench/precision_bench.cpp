@@ -42,7 +42,7 @@ std::vector<std::string> split(const std::string& s) {
 
 struct Result {
   double samples_per_s = 0;
-  int64_t peak_bytes = 0;
+  int64_t peak_memory_bytes = 0;
   double final_loss = 0;
 };
 
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
         const auto p = precisions[(i + r) % precisions.size()];
         const Result res = run_once(model, p, data, choice.device, *memory, batch, n);
         sps[p].push_back(res.samples_per_s);
-        peak[p].push_back(static_cast<double>(res.peak_bytes));
+        peak[p].push_back(static_cast<double>(res.peak_memory_bytes));
         loss[p].push_back(res.final_loss);
       }
     }

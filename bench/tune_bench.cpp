@@ -93,7 +93,7 @@ void simulated(int profiles, double noise) {
     for (int64_t b = 1; b <= 65536; ++b) {
       RunConfig c = base;
       c.train.batch_size = b;
-      if (p.worst_peak_bytes(c) > target) break;
+      if (p.worst_peak_memory_bytes(c) > target) break;
       grid = std::max(grid, p.true_samples_per_s(c));
     }
     std::map<std::string, Pick> picks;
@@ -105,7 +105,7 @@ void simulated(int profiles, double noise) {
       Score& s = scores[name];
       RunConfig c = base;
       c.train.batch_size = std::max<int64_t>(1, pick.chosen);
-      const bool oom = pick.chosen > 0 && p.worst_peak_bytes(c) > p.limit_bytes;
+      const bool oom = pick.chosen > 0 && p.worst_peak_memory_bytes(c) > p.limit_bytes;
       const double r = pick.chosen == 0 || oom ? 0.0 : p.true_samples_per_s(c) / grid;
       s.can_oom += oom ? 1 : 0;
       s.found_none += pick.chosen == 0 ? 1 : 0;

@@ -248,7 +248,7 @@ CpuBudgetStats cpu_budget_stats() {
   auto& a = CpuBudgetAllocator::instance();
   CpuBudgetStats s;
   s.live_bytes = a.live_.load();
-  s.peak_bytes = a.peak_.load();
+  s.peak_memory_bytes = a.peak_.load();
   s.cached_bytes = a.cached_.load();
   s.reserved_bytes = a.reserved_.load();
   s.limit_bytes = a.limit_.load();

@@ -36,7 +36,7 @@ class CudaDeviceMemory final : public DeviceMemory {
     const auto s = compat::cuda_allocator_stats(index_);
     MemorySnapshot m;
     m.live_bytes = s.allocated_current_bytes;
-    m.peak_bytes = s.allocated_peak_bytes;
+    m.peak_memory_bytes = s.allocated_peak_bytes;
     m.reserved_bytes = s.reserved_current_bytes;
     m.cached_bytes = std::max<int64_t>(0, m.reserved_bytes - m.live_bytes);
     m.limit_bytes = limit_bytes_;

@@ -19,7 +19,7 @@ class CpuDeviceMemory final : public DeviceMemory {
     const CpuBudgetStats s = cpu_budget_stats();
     MemorySnapshot m;
     m.live_bytes = s.live_bytes;
-    m.peak_bytes = s.peak_bytes;
+    m.peak_memory_bytes = s.peak_memory_bytes;
     m.cached_bytes = s.cached_bytes;
     m.reserved_bytes = s.reserved_bytes;
     m.limit_bytes = s.limit_bytes;

@@ -56,7 +56,7 @@ std::string JsonlSink::step_line(const StepRecord& r) {
   j["loss_scale"] = r.loss_scale;
   j["grad_norm"] = r.grad_norm >= 0 ? nlohmann::json(r.grad_norm) : nlohmann::json();
   j["skipped"] = r.is_skipped;
-  j["mem_peak_bytes"] = r.mem_peak_bytes;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["page_faults"] = r.page_faults;
   return j.dump();
 }

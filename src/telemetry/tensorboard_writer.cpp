@@ -147,8 +147,8 @@ void TensorBoardSink::on_step(const StepRecord& r) {
   writer_.add_scalar("time/backward_ms", r.backward_ms, r.step, t);
   writer_.add_scalar("time/optimizer_ms", r.optimizer_ms, r.step, t);
   if (r.loss_scale != 1.0) writer_.add_scalar("train/loss_scale", r.loss_scale, r.step, t);
-  if (r.mem_peak_bytes > 0)
-    writer_.add_scalar("memory/peak_bytes", static_cast<double>(r.mem_peak_bytes), r.step, t);
+  if (r.peak_memory_bytes > 0)
+    writer_.add_scalar("memory/peak_memory_bytes", static_cast<double>(r.peak_memory_bytes), r.step, t);
 }
 
 void TensorBoardSink::on_device_sample(int64_t step, const DeviceSample& s) {

@@ -95,7 +95,7 @@ at::Tensor records_to_tensor(const std::vector<StepRecord>& records) {
         static_cast<double>(r.step), static_cast<double>(r.epoch), static_cast<double>(r.samples),
         r.start_ms, r.data_wait_ms, r.host_to_device_ms, r.forward_ms, r.backward_ms,
         r.optimizer_ms, r.communication_ms, r.other_ms, r.step_ms, r.loss, r.loss_scale, r.lr,
-        r.is_skipped ? 1.0 : 0.0, r.grad_norm, static_cast<double>(r.mem_peak_bytes),
+        r.is_skipped ? 1.0 : 0.0, r.grad_norm, static_cast<double>(r.peak_memory_bytes),
         static_cast<double>(r.page_faults)};
     std::copy(row, row + kRecordFields, d);
     d += kRecordFields;
@@ -128,7 +128,7 @@ std::vector<StepRecord> records_from_tensor(const at::Tensor& t, const std::stri
     r.lr = d[14];
     r.is_skipped = d[15] != 0.0;
     r.grad_norm = d[16];
-    r.mem_peak_bytes = static_cast<int64_t>(d[17]);
+    r.peak_memory_bytes = static_cast<int64_t>(d[17]);
     r.page_faults = static_cast<int64_t>(d[18]);
     d += kRecordFields;
   }

@@ -25,7 +25,7 @@ ProbeResult probe_once(const std::function<void()>& step, DeviceMemory& memory) 
   }
   result.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  result.peak_bytes = memory.snapshot().peak_bytes;
+  result.peak_memory_bytes = memory.snapshot().peak_memory_bytes;
   if (out_of_memory) result.outcome = ProbeOutcome::kOutOfMemory;
   return result;
 }

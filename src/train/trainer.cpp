@@ -446,7 +446,7 @@ void Trainer::FitLoop::take_step(int64_t step) {
   const int64_t faults_after = minor_page_faults();
   if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
   // Allocations happen at enqueue time, so the peak is known now even on CUDA.
-  if (t_.memory_) r.mem_peak_bytes = t_.memory_->snapshot().peak_bytes;
+  if (t_.memory_) r.peak_memory_bytes = t_.memory_->snapshot().peak_memory_bytes;
   in_flight_.push_back(InFlight{r, std::move(loss), t_.last_grad_norm_, ticket, r.communication_ms});
   run_.step = step + 1;
   while (!in_flight_.empty() &&
@@ -600,7 +600,7 @@ void Trainer::FitLoop::summarize_records() {
   summary_.steps = static_cast<int64_t>(records.size());
   for (const auto& r : records) {
     summary_.samples += r.samples;
-    summary_.peak_memory_bytes = std::max(summary_.peak_memory_bytes, r.mem_peak_bytes);
+    summary_.peak_memory_bytes = std::max(summary_.peak_memory_bytes, r.peak_memory_bytes);
     summary_.skipped_steps += r.is_skipped ? 1 : 0;
   }
   summary_.loss_scale = st_.scaler->is_enabled() ? st_.scaler->get_scale() : 1.0;

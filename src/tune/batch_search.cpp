@@ -323,7 +323,7 @@ class Search {
     }
     result_.chosen = chosen;
     result_.samples_per_s = mean(chosen);
-    result_.chosen_peak_bytes = peaks_.count(chosen) ? peaks_.at(chosen) : 0;
+    result_.chosen_peak_memory_bytes = peaks_.count(chosen) ? peaks_.at(chosen) : 0;
     for (const auto& [b, tp] : curve_) {
       if (b > lo_) continue;
       result_.curve.push_back(

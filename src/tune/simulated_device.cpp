@@ -53,7 +53,7 @@ std::string SimulatedProfile::describe() const {
   return s.str();
 }
 
-int64_t SimulatedProfile::worst_peak_bytes(const RunConfig& c) const {
+int64_t SimulatedProfile::worst_peak_memory_bytes(const RunConfig& c) const {
   const double m = static_cast<double>(c.micro_batch());
   double per_sample = static_cast<double>(per_sample_bytes);
   if (is_reduced(c.train.precision)) per_sample *= bf16_memory;
@@ -63,7 +63,7 @@ int64_t SimulatedProfile::worst_peak_bytes(const RunConfig& c) const {
 }
 
 double SimulatedProfile::true_samples_per_s(const RunConfig& c) const {
-  if (worst_peak_bytes(c) > limit_bytes) return 0.0;
+  if (worst_peak_memory_bytes(c) > limit_bytes) return 0.0;
   double sps = sps_without_data(*this, c);
   // The input pipeline: on the training thread its time adds to the step; with workers it
   // overlaps and only the part the workers cannot keep up with shows.
@@ -98,7 +98,7 @@ TrialOutcome SimulatedDevice::run(const TrialRequest& request) {
   TrialOutcome out;
   std::uniform_real_distribution<double> mem_jitter(-1.0, 1.0);
   std::normal_distribution<double> step_jitter(0.0, profile_.step_noise);
-  const int64_t worst = profile_.worst_peak_bytes(c);
+  const int64_t worst = profile_.worst_peak_memory_bytes(c);
   const double variable = static_cast<double>(worst - profile_.fixed_bytes) / (1.0 + profile_.memory_noise);
   const double sps = profile_.true_samples_per_s(c);
   double samples = 0, seconds = 0;
@@ -150,7 +150,7 @@ EvalTrial SimulatedDevice::evaluate(const RunConfig& config, int64_t eval_batch,
   c.train.batch_size = eval_batch;
   c.train.accumulate = 1;
   c.train.recompute_segments = 0;
-  const int64_t activations = profile_.worst_peak_bytes(c) - profile_.fixed_bytes;
+  const int64_t activations = profile_.worst_peak_memory_bytes(c) - profile_.fixed_bytes;
   t.peak_memory_bytes = profile_.fixed_bytes + activations / 4;
   t.fits = t.peak_memory_bytes <= profile_.limit_bytes;
   if (!t.fits) return t;
@@ -163,7 +163,7 @@ EvalTrial SimulatedDevice::evaluate(const RunConfig& config, int64_t eval_batch,
 
 QualityRun SimulatedDevice::train_and_validate(const RunConfig& c, int64_t samples) {
   QualityRun q;
-  if (profile_.worst_peak_bytes(c) > profile_.limit_bytes) {
+  if (profile_.worst_peak_memory_bytes(c) > profile_.limit_bytes) {
     q.fits = false;
     return q;
   }
@@ -174,7 +174,7 @@ QualityRun SimulatedDevice::train_and_validate(const RunConfig& c, int64_t sampl
   const double tolerance = c.train.optimizer == OptimizerKind::kAdamW ? 2.0 : 1.0;
   const double excess = std::max(0.0, octaves - tolerance);
   q.samples = samples;
-  q.peak_memory_bytes = profile_.worst_peak_bytes(c);
+  q.peak_memory_bytes = profile_.worst_peak_memory_bytes(c);
   q.wall_s = static_cast<double>(samples) / std::max(1e-9, profile_.true_samples_per_s(c));
   // Seed-to-seed scatter: a fixed draw per seed, so a rerun of the same seed agrees.
   std::mt19937_64 seed_rng(c.train.seed * 0x9E3779B97F4A7C15ULL + 7);

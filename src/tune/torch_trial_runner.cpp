@@ -50,7 +50,7 @@ Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
   double samples = 0, ms = 0, loss = 0;
   for (size_t i = 0; i < records.size(); ++i) {
     const StepRecord& r = records[i];
-    m.peak_memory_bytes = std::max(m.peak_memory_bytes, r.mem_peak_bytes);
+    m.peak_memory_bytes = std::max(m.peak_memory_bytes, r.peak_memory_bytes);
     loss += r.loss;
     if (static_cast<int64_t>(i) < warmup || r.step_ms <= 0) continue;
     samples += static_cast<double>(r.samples);
@@ -238,7 +238,7 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   out.fits = p.outcome == ProbeOutcome::kFits;
   out.steps_run = static_cast<int64_t>(sink.records().size()) + (out.fits ? 0 : 1);
   out.measurement = measure(sink.records(), warmup);
-  out.measurement.peak_memory_bytes = std::max(out.measurement.peak_memory_bytes, p.peak_bytes);
+  out.measurement.peak_memory_bytes = std::max(out.measurement.peak_memory_bytes, p.peak_memory_bytes);
   nlohmann::json fields = to_fields(out.measurement, out.steps_run);
   out.fits = agree(group_, out.fits, out.measurement.peak_memory_bytes, fields);
   from_fields(fields, out.measurement, out.steps_run);
@@ -285,7 +285,7 @@ EvalTrial TorchTrialRunner::evaluate(const RunConfig& c, int64_t eval_batch, int
     out.samples = r.samples;
   });
   out.fits = p.outcome == ProbeOutcome::kFits;
-  out.peak_memory_bytes = p.peak_bytes;
+  out.peak_memory_bytes = p.peak_memory_bytes;
   if (out.fits && seconds > 0) out.samples_per_s = static_cast<double>(out.samples) / seconds;
   nlohmann::json fields = {{"samples_per_s", out.samples_per_s}, {"samples", out.samples}};
   out.fits = agree(group_, out.fits, out.peak_memory_bytes, fields);
@@ -316,7 +316,7 @@ QualityRun TorchTrialRunner::train_and_validate(const RunConfig& c, int64_t samp
   const ProbeResult p = fit_fresh(c, o, sink, &s);
   QualityRun q;
   q.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  q.peak_memory_bytes = std::max(p.peak_bytes, s.peak_memory_bytes);
+  q.peak_memory_bytes = std::max(p.peak_memory_bytes, s.peak_memory_bytes);
   {
     // Rank 0's numbers for every rank (the validation metric is the job's already: each rank
     // scores its shard and the sums are added).

@@ -17,7 +17,7 @@ class FakeDeviceMemory : public DeviceMemory {
   MemorySnapshot snapshot() const override {
     MemorySnapshot m;
     m.live_bytes = live_;
-    m.peak_bytes = peak_;
+    m.peak_memory_bytes = peak_;
     m.cached_bytes = cached_;
     m.reserved_bytes = live_ + cached_;
     m.limit_bytes = limit_;

@@ -22,7 +22,7 @@ namespace saturate {
 
 struct CpuBudgetStats {
   int64_t live_bytes = 0;      ///< what live tensors asked for
-  int64_t peak_bytes = 0;      ///< highest live_bytes since reset_cpu_budget_peak()
+  int64_t peak_memory_bytes = 0;      ///< highest live_bytes since reset_cpu_budget_peak()
   int64_t cached_bytes = 0;    ///< freed blocks kept for reuse
   int64_t reserved_bytes = 0;  ///< held from the system: live blocks (size-class rounded) + cached
   int64_t limit_bytes = 0;     ///< 0 = unlimited

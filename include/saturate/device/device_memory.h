@@ -5,7 +5,7 @@
 // fake in tests.
 //
 //   auto mem = saturate::make_device_memory(c10::Device("cpu"), parse_bytes("2GiB", "--memory-limit"));
-//   mem->reset_peak();  run_step();  int64_t peak = mem->snapshot().peak_bytes;
+//   mem->reset_peak();  run_step();  int64_t peak = mem->snapshot().peak_memory_bytes;
 
 #include <cstdint>
 #include <memory>
@@ -17,7 +17,7 @@ namespace saturate {
 
 struct MemorySnapshot {
   int64_t live_bytes = 0;      ///< held by tensors now
-  int64_t peak_bytes = 0;      ///< highest live_bytes since the last reset_peak()
+  int64_t peak_memory_bytes = 0;      ///< highest live_bytes since the last reset_peak()
   int64_t cached_bytes = 0;    ///< freed blocks the allocator keeps for reuse
   int64_t reserved_bytes = 0;  ///< held by the allocator: live blocks (rounded up) + cached
   int64_t limit_bytes = 0;     ///< what allocations may reach before OutOfMemory; 0 = no limit known

@@ -31,7 +31,7 @@ struct StepRecord {
   /// Global L2 norm of the step's gradients (unscaled, averaged across ranks), before any
   /// clipping; -1 when unknown.
   double grad_norm = -1.0;
-  int64_t mem_peak_bytes = 0;      ///< peak device memory during the step, 0 when unknown.
+  int64_t peak_memory_bytes = 0;      ///< peak device memory during the step, 0 when unknown.
   /// Minor page faults of the process while the host ran the step (all threads; -1 unknown):
   /// fresh memory being touched, which a caching allocator avoids after the first steps.
   int64_t page_faults = -1;

@@ -50,7 +50,7 @@ class TensorBoardWriter {
 };
 
 /// Writes per-step scalars (train/loss, train/samples_per_s, train/step_ms, time/<phase>_ms,
-/// train/lr, train/loss_scale, memory/peak_bytes), eval metrics (eval/<metric>) and device samples
+/// train/lr, train/loss_scale, memory/peak_memory_bytes), eval metrics (eval/<metric>) and device samples
 /// (host/cpu_util_pct, host/rss_mib, gpu<N>/util_pct, mem_used_mib, temperature_c, power_w,
 /// sm_clock_mhz) at the newest step.
 class TensorBoardSink : public TelemetrySink {

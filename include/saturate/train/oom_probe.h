@@ -19,7 +19,7 @@ enum class ProbeOutcome { kFits, kOutOfMemory };
 
 struct ProbeResult {
   ProbeOutcome outcome = ProbeOutcome::kFits;
-  int64_t peak_bytes = 0;      ///< peak live bytes during the step (up to the failure on OOM)
+  int64_t peak_memory_bytes = 0;      ///< peak live bytes during the step (up to the failure on OOM)
   int64_t baseline_bytes = 0;  ///< live bytes before the step
   double step_ms = 0.0;        ///< wall time of the step (or of the attempt)
   std::string message;         ///< the allocator's message on OOM ("tried to allocate ...")

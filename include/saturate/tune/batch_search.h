@@ -59,7 +59,7 @@ struct CurvePoint {
 struct BatchSearchResult {
   int64_t chosen = 0;          ///< the batch size picked
   double samples_per_s = 0;    ///< measured at `chosen`
-  int64_t chosen_peak_bytes = 0;
+  int64_t chosen_peak_memory_bytes = 0;
   int64_t largest_safe = 0;    ///< largest batch verified under limit × (1 − reserve)
   int64_t predicted = 0;       ///< the memory model's first prediction of it
   double fixed_bytes = 0, bytes_per_sample = 0;  ///< the memory model's last fit

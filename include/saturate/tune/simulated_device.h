@@ -48,7 +48,7 @@ struct SimulatedProfile {
   std::string describe() const;
 
   /// Worst-case peak bytes of one step (noise at its maximum).
-  int64_t worst_peak_bytes(const RunConfig& c) const;
+  int64_t worst_peak_memory_bytes(const RunConfig& c) const;
   /// Noise-free samples/s of a configuration (0 when it does not fit).
   double true_samples_per_s(const RunConfig& c) const;
 };

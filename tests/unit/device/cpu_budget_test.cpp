@@ -27,10 +27,10 @@ TEST(CpuBudget, CountsLiveAndPeakBytesOfCpuTensors) {
     at::Tensor t = torch::empty({1024, 256}, torch::kFloat);  // 1 MiB
     EXPECT_EQ(cpu_budget_stats().live_bytes - before, 1 << 20);
     at::Tensor u = torch::empty({1024, 512}, torch::kFloat);  // 2 MiB
-    EXPECT_EQ(cpu_budget_stats().peak_bytes - before, 3 << 20);
+    EXPECT_EQ(cpu_budget_stats().peak_memory_bytes - before, 3 << 20);
   }
   EXPECT_EQ(cpu_budget_stats().live_bytes, before);
-  EXPECT_EQ(cpu_budget_stats().peak_bytes - before, 3 << 20);
+  EXPECT_EQ(cpu_budget_stats().peak_memory_bytes - before, 3 << 20);
 }
 
 TEST(CpuBudget, ThrowsOutOfMemoryErrorPastTheBudgetAndRecovers) {
@@ -221,7 +221,7 @@ TEST(DeviceMemory, CpuMemoryReportsTheBudgetAndPeaks) {
   mem->reset_peak();
   const int64_t base = mem->snapshot().live_bytes;
   { at::Tensor t = torch::empty({1 << 18}, torch::kFloat); }
-  EXPECT_EQ(mem->snapshot().peak_bytes - base, 1 << 20);
+  EXPECT_EQ(mem->snapshot().peak_memory_bytes - base, 1 << 20);
   EXPECT_EQ(mem->snapshot().live_bytes, base);
 }
 

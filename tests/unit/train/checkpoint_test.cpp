@@ -132,7 +132,7 @@ TrainState small_state(int64_t step) {
     r.loss = 1.0 / static_cast<double>(i + 1);
     r.grad_norm = 0.5;
     r.samples = 16;
-    r.mem_peak_bytes = 123456789;
+    r.peak_memory_bytes = 123456789;
     s.records.push_back(r);
   }
   s.segment_starts = {0};
@@ -196,7 +196,7 @@ TEST(Checkpoint, Issue16_SavesAndReadsBackEveryField) {
   EXPECT_TRUE(torch::equal(c.state.cpu_generator, s.cpu_generator));
   ASSERT_EQ(c.state.records.size(), 5u);
   EXPECT_EQ(c.state.records[4].loss, 0.2);
-  EXPECT_EQ(c.state.records[4].mem_peak_bytes, 123456789);
+  EXPECT_EQ(c.state.records[4].peak_memory_bytes, 123456789);
   EXPECT_EQ(c.state.segment_starts, std::vector<int64_t>{0});
   EXPECT_EQ(c.state.train_wall_s, 1.25);
   EXPECT_EQ(c.info["model"], "mlp");

@@ -43,7 +43,7 @@ TEST(ProbeOnce, ReportsFitsWithThePeakOfTheStep) {
       mem);
   EXPECT_EQ(r.outcome, ProbeOutcome::kFits);
   EXPECT_EQ(r.baseline_bytes, 100);
-  EXPECT_EQ(r.peak_bytes, 600);
+  EXPECT_EQ(r.peak_memory_bytes, 600);
 }
 
 TEST(ProbeOnce, ReturnsOutOfMemoryAsAValue) {
@@ -86,7 +86,7 @@ TEST_F(TrainerProbe, FitsAndLeavesTheModelAsItWas) {
   const auto before = copies(model_->state_tensors());
   const ProbeResult r = trainer_->probe(256, data_);
   EXPECT_EQ(r.outcome, ProbeOutcome::kFits);
-  EXPECT_GT(r.peak_bytes, r.baseline_bytes + 256 * 784 * 4);  // at least the float batch
+  EXPECT_GT(r.peak_memory_bytes, r.baseline_bytes + 256 * 784 * 4);  // at least the float batch
   expect_equal(before, model_->state_tensors());
   // The optimizer state was put back too: the next steps match a trainer that never probed.
 }
@@ -96,7 +96,7 @@ TEST_F(TrainerProbe, PeakGrowsWithTheBatch) {
   const ProbeResult large = trainer_->probe(1024, data_);
   // At least the float input of the 960 extra samples; the fixed part (gradients, optimizer
   // state and its temporaries) is the same for both.
-  EXPECT_GE((large.peak_bytes - large.baseline_bytes) - (small.peak_bytes - small.baseline_bytes),
+  EXPECT_GE((large.peak_memory_bytes - large.baseline_bytes) - (small.peak_memory_bytes - small.baseline_bytes),
             960 * 784 * 4);
 }
 
@@ -106,10 +106,10 @@ TEST_F(TrainerProbe, OutOfMemoryUnderABudgetIsAValueAndRestoresEverything) {
   const auto before = copies(model_->state_tensors());
   const int64_t live = cpu_budget_stats().live_bytes;
   // Room for the input batch but not for the whole step: the failure comes mid-step.
-  set_cpu_budget(live + (fits.peak_bytes - fits.baseline_bytes) * 6 / 10);
+  set_cpu_budget(live + (fits.peak_memory_bytes - fits.baseline_bytes) * 6 / 10);
   const ProbeResult oom = trainer_->probe(1024, data_);
   EXPECT_EQ(oom.outcome, ProbeOutcome::kOutOfMemory);
-  EXPECT_GT(oom.peak_bytes, live + 1024 * 784 * 4);  // it got past the input
+  EXPECT_GT(oom.peak_memory_bytes, live + 1024 * 784 * 4);  // it got past the input
   set_cpu_budget(0);
   EXPECT_EQ(cpu_budget_stats().live_bytes, live);
   expect_equal(before, model_->state_tensors());
@@ -123,7 +123,7 @@ TEST_F(TrainerProbe, Issue3_HundredOutOfMemoryProbesLeaveNothingBehind) {
   const int64_t baseline = cpu_budget_stats().live_bytes;
   const int64_t cached_baseline = cpu_budget_stats().cached_bytes;
   // Room for batch 64 with half as much again to spare; batch 1024 fails part-way through.
-  set_cpu_budget(baseline + (small.peak_bytes - small.baseline_bytes) * 3 / 2);
+  set_cpu_budget(baseline + (small.peak_memory_bytes - small.baseline_bytes) * 3 / 2);
   int ooms = 0;
   for (int i = 0; i < 100; ++i)
     ooms += trainer_->probe(1024, data_).outcome == ProbeOutcome::kOutOfMemory ? 1 : 0;

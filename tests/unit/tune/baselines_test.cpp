@@ -68,7 +68,7 @@ int64_t largest_fitting(const BaselineResult& r) {
 bool batch_one_fits(const SimulatedProfile& p) {
   RunConfig one;
   one.train.batch_size = 1;
-  return p.worst_peak_bytes(one) <= p.limit_bytes;
+  return p.worst_peak_memory_bytes(one) <= p.limit_bytes;
 }
 
 }  // namespace

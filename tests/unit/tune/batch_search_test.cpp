@@ -40,7 +40,7 @@ GridBest grid_best(const SimulatedProfile& p, double reserve, int64_t cap) {
   GridBest g;
   for (int64_t b = 1; b <= cap; ++b) {
     const RunConfig c = with_batch(b);
-    if (p.worst_peak_bytes(c) > target) break;  // memory grows with b
+    if (p.worst_peak_memory_bytes(c) > target) break;  // memory grows with b
     const double s = p.true_samples_per_s(c);
     if (s > g.samples_per_s) g = {b, s};
   }
@@ -69,7 +69,7 @@ SweepStats sweep(int n, double max_step_noise) {
     const BatchSearchResult r = search_batch_size(device, base_config(), o);
     const RunConfig chosen = with_batch(r.chosen);
     SCOPED_TRACE(p.describe() + " -> " + r.why);
-    EXPECT_LE(p.worst_peak_bytes(chosen), p.limit_bytes);
+    EXPECT_LE(p.worst_peak_memory_bytes(chosen), p.limit_bytes);
     const GridBest g = grid_best(p, o.reserve, std::min(o.max_batch, p.dataset_size));
     EXPECT_GT(g.batch, 0);
     const double ratio = p.true_samples_per_s(chosen) / g.samples_per_s;
@@ -146,8 +146,8 @@ TEST(BatchSearch, LargestSafeBatchStaysUnderTheReserveAndIsFoundFromAFewProbes) 
   // The prediction aims 1% under the target (room for peak noise), so the largest safe batch
   // is within 2% of the exact largest.
   int64_t exact = 1;
-  while (p.worst_peak_bytes(with_batch(exact + 1)) <= target) ++exact;
-  EXPECT_LE(p.worst_peak_bytes(with_batch(r.largest_safe)), target);
+  while (p.worst_peak_memory_bytes(with_batch(exact + 1)) <= target) ++exact;
+  EXPECT_LE(p.worst_peak_memory_bytes(with_batch(r.largest_safe)), target);
   EXPECT_GE(r.largest_safe, exact * 98 / 100);
   EXPECT_EQ(r.predicted, r.largest_safe) << "a linear memory model predicts exactly";
   EXPECT_EQ(r.ooms, 0);
@@ -167,7 +167,7 @@ TEST(BatchSearch, SuperLinearMemoryIsVerifiedAndNeverChosenPastTheLimit) {
   p.half_batch = 1;
   SimulatedDevice device(p, 5);
   const BatchSearchResult r = search_batch_size(device, base_config());
-  EXPECT_LE(p.worst_peak_bytes(with_batch(r.chosen)), p.limit_bytes);
+  EXPECT_LE(p.worst_peak_memory_bytes(with_batch(r.chosen)), p.limit_bytes);
   EXPECT_GT(r.largest_safe, 500);
 }
 

@@ -75,7 +75,7 @@ TEST(SimulatedDevice, RandomProfilesArePlausible) {
     ASSERT_LT(p.fixed_bytes, p.limit_bytes);
     RunConfig one;
     one.train.batch_size = 1;
-    EXPECT_LE(p.worst_peak_bytes(one), p.limit_bytes);
+    EXPECT_LE(p.worst_peak_memory_bytes(one), p.limit_bytes);
     EXPECT_GT(p.true_samples_per_s(one), 0.0);
   }
 }

@@ -155,7 +155,7 @@ TEST(Tuner, Issue5_WhenTheUsersBatchDoesNotFitItIsKeptThroughAccumulation) {
   // The memory-saver stage compared recomputation against accumulation and said which won.
   const PlanStage& savers = stage(plan, "memory_savers");
   EXPECT_NE(savers.why.find("recompute segments"), std::string::npos) << savers.why;
-  EXPECT_LE(p.worst_peak_bytes(plan.config), p.limit_bytes);
+  EXPECT_LE(p.worst_peak_memory_bytes(plan.config), p.limit_bytes);
 }
 
 TEST(Tuner, KeepPolicyNeverChangesTheEffectiveBatch) {
@@ -204,8 +204,8 @@ class Wrapped : public TrialRunner {
     ++trials_;
     if (stop_after > 0 && trials_ >= stop_after) stop.store(true);
     TrialOutcome t = inner_.run(r);
-    if (t.fits && r.config.train.recompute_segments > 0 && recompute_peak_bytes > 0) {
-      t.measurement.peak_memory_bytes = recompute_peak_bytes;
+    if (t.fits && r.config.train.recompute_segments > 0 && recompute_peak_memory_bytes > 0) {
+      t.measurement.peak_memory_bytes = recompute_peak_memory_bytes;
       t.measurement.samples_per_s *= 10;  // tempting: much faster, but over the reserve
       for (double& x : t.measurement.step_samples_per_s) x *= 10;
     }
@@ -226,7 +226,7 @@ class Wrapped : public TrialRunner {
 
   std::atomic<bool> stop{false};
   int stop_after = 0;
-  int64_t recompute_peak_bytes = 0;
+  int64_t recompute_peak_memory_bytes = 0;
   int64_t oom_quality_batch = 0;
   int quality_runs = 0;
   int64_t max_quality_samples = 0;
@@ -308,7 +308,7 @@ TEST(Tuner, Issue13_AMemorySaverOverTheReserveIsNotTaken) {
   p.half_batch = 4;
   SimulatedDevice dev(p, 25);
   Wrapped runner(dev);
-  runner.recompute_peak_bytes = static_cast<int64_t>(0.95 * static_cast<double>(p.limit_bytes));
+  runner.recompute_peak_memory_bytes = static_cast<int64_t>(0.95 * static_cast<double>(p.limit_bytes));
   TuneOptions o = options();
   o.precisions.clear();
   const Plan plan = tune(runner, user(4096), o);
@@ -474,7 +474,7 @@ TEST(Tuner, Issue13_TheEvalBatchIsTheLargestFastOneUnderTheLimitLessReserve) {
   RunConfig twice = plan.config;
   twice.train.batch_size = 2 * chosen;
   twice.train.accumulate = 1;
-  EXPECT_GT(p.fixed_bytes + (p.worst_peak_bytes(twice) - p.fixed_bytes) / 4, target)
+  EXPECT_GT(p.fixed_bytes + (p.worst_peak_memory_bytes(twice) - p.fixed_bytes) / 4, target)
       << "the next doubling fits too: the stage stopped early. " << e.why;
   EXPECT_NE(e.why.find(std::to_string(2 * chosen) + ": "), std::string::npos)
       << "the refused doubling is reported: " << e.why;
