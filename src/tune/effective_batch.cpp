@@ -155,7 +155,7 @@ BatchReplay replay_plan_batch(const RunConfig& plan_config, EffectiveBatchOutcom
     r.accumulate = 1;
     if (p.accumulate > 1) {
       // The plan's micro-batch fits in memory: keep it.
-      const int64_t micro = (p.batch_size + p.accumulate - 1) / p.accumulate;
+      const int64_t micro = plan_config.micro_batch();
       r.accumulate = micro_batches_for(r.batch_size, micro);
       r.info.push_back("batch " + std::to_string(r.batch_size) + " per rank instead of the plan's " +
                        std::to_string(p.batch_size) + ": " + std::to_string(r.accumulate) +

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/tune/torch_trial_runner.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,12 +36,6 @@ class ThreadScope {
  private:
   int saved_;
 };
-
-int64_t available_host_bytes() {
-  const long pages = sysconf(_SC_AVPHYS_PAGES);
-  const long page_bytes = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes : 0;
-}
 
 Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
   Measurement m;
@@ -136,7 +128,7 @@ TorchTrialRunner::TorchTrialRunner(std::string model_spec, const TrainingInput& 
   SATURATE_CHECK(input.source && input.source->size() > 0, "tune: the training split of ",
                  input.splits.description, " is empty");
   limit_bytes_ = memory.limit_bytes();
-  if (limit_bytes_ <= 0) limit_bytes_ = available_host_bytes();
+  if (limit_bytes_ <= 0) limit_bytes_ = host_memory_share(1);  // all the host memory free now
   SATURATE_CHECK(limit_bytes_ > 0, "tune: cannot tell how much memory there is; give --memory-limit");
   max_batch_ = std::max<int64_t>(1, std::min(max_batch, input.source->size()));
   eval_.normalize_mean = input.splits.normalize_mean;
