@@ -27,6 +27,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
+#include "saturate/core/program_path.h"
 #include "saturate/core/strings.h"
 #include "saturate/core/temp_folder.h"
 #include "saturate/device/threads.h"
@@ -87,27 +88,6 @@ std::string signal_name(int sig) {
     case SIGPIPE: return "SIGPIPE";
     default: return "signal " + std::to_string(sig);
   }
-}
-
-// command[0] as execve needs it: a path as given, else the first executable match in PATH.
-std::string resolve_program(const std::string& name) {
-  if (name.find('/') != std::string::npos) {
-    SATURATE_CHECK(access(name.c_str(), X_OK) == 0, "launch: cannot run '", name, "': ",
-                   std::strerror(errno));
-    return name;
-  }
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    struct stat st {};
-    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-  }
-  SATURATE_CHECK(false, "launch: '", name, "' is not a file and not found in PATH");
-  return name;
 }
 
 // The variables launch() sets; a copy of any of them in the launcher's own environment (it may
@@ -473,7 +453,7 @@ int pick_free_port() {
 LaunchResult launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   check_options(o);
   LaunchResult result;
-  const std::string program = resolve_program(o.command[0]);
+  const std::string program = resolve_program(o.command[0], "launch");
   JobVariables job;
   job.addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
   job.port = result.master_port = o.master_port > 0 ? o.master_port : pick_free_port();

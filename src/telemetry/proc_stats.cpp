@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/telemetry/proc_stats.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <exception>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace saturate {
 namespace {
@@ -99,6 +103,51 @@ std::optional<int64_t> parse_vm_rss_bytes(const std::string& status_text) {
     return std::nullopt;
   }
   return std::nullopt;
+}
+
+std::optional<PidStat> parse_pid_stat(const std::string& text) {
+  // "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+  // stime cutime cstime priority nice threads itrealvalue starttime vsize rss ..."
+  const size_t open = text.find('('), close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  PidStat s;
+  s.comm = text.substr(open + 1, close - open - 1);
+  std::istringstream head(text.substr(0, open));
+  if (!(head >> s.pid)) return std::nullopt;
+  std::istringstream in(text.substr(close + 1));
+  std::vector<std::string> f;
+  for (std::string word; f.size() < 22 && in >> word;) f.push_back(word);
+  if (f.size() < 22 || f[0].size() != 1) return std::nullopt;
+  try {
+    s.state = f[0][0];
+    s.ppid = std::stoll(f[1]);
+    s.pgrp = std::stoll(f[2]);
+    s.cpu_ticks = std::stoull(f[11]) + std::stoull(f[12]);
+    s.rss_pages = std::stoll(f[21]);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::vector<PidStat> read_process_group(int64_t pgrp) {
+  std::vector<PidStat> found;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr || pgrp <= 0) {
+    if (dir != nullptr) closedir(dir);
+    return found;
+  }
+  // Bounded: a host has at most a few hundred thousand PIDs, and /proc lists each once.
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    const std::optional<std::string> text =
+        read_whole_file((std::string("/proc/") + e->d_name + "/stat").c_str());
+    if (!text) continue;  // it ended between readdir and the read
+    if (const std::optional<PidStat> s = parse_pid_stat(*text); s && s->pgrp == pgrp)
+      found.push_back(*s);
+  }
+  closedir(dir);
+  return found;
 }
 
 ProcStat read_proc_stat() {

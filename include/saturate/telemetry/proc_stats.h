@@ -44,6 +44,22 @@ CpuSample cpu_util_between(const ProcStat& before, const ProcStat& after);
 /// VmRSS of /proc/<pid>/status text, in bytes; nullopt when the line is absent or malformed.
 std::optional<int64_t> parse_vm_rss_bytes(const std::string& status_text);
 
+/// One process's /proc/<pid>/stat line: what a process-tree sampler needs.
+struct PidStat {
+  int64_t pid = 0, ppid = 0, pgrp = 0;
+  std::string comm;         ///< the name between the parentheses (it may hold spaces and ')')
+  char state = '?';         ///< R, S, D, Z, ...
+  uint64_t cpu_ticks = 0;   ///< utime + stime, in clock ticks (sysconf(_SC_CLK_TCK) a second)
+  int64_t rss_pages = 0;
+};
+
+/// Parses one /proc/<pid>/stat text; nullopt when it is malformed.
+std::optional<PidStat> parse_pid_stat(const std::string& text);
+
+/// Every process whose process group is `pgrp` now, read from /proc (zombies included); empty
+/// when there is none or no /proc.
+std::vector<PidStat> read_process_group(int64_t pgrp);
+
 /// Reads /proc/stat; an empty ProcStat when it cannot be read (not Linux, no /proc).
 ProcStat read_proc_stat();
 
