@@ -2,6 +2,7 @@
 #include "saturate/core/temp_folder.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,15 +26,28 @@ TempFolder::TempFolder(const std::string& prefix, const char* component) {
   path_ = buf.data();
 }
 
-TempFolder::~TempFolder() {
-  if (DIR* d = opendir(path_.c_str())) {
+namespace {
+
+// Removes `path` and what is in it, depth first, without following links; bounded by depth.
+void remove_tree(const std::string& path, int depth) {
+  if (DIR* d = opendir(path.c_str())) {
     while (const dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name != "." && name != "..") std::remove(file(name).c_str());
+      if (name == "." || name == "..") continue;
+      const std::string child = path + "/" + name;
+      struct stat st {};
+      if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && depth < 16)
+        remove_tree(child, depth + 1);
+      else
+        unlink(child.c_str());
     }
     closedir(d);
   }
-  rmdir(path_.c_str());
+  rmdir(path.c_str());
 }
+
+}  // namespace
+
+TempFolder::~TempFolder() { remove_tree(path_, 0); }
 
 }  // namespace saturate

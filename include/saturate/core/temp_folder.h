@@ -15,7 +15,7 @@ class TempFolder {
   /// Makes TMPDIR/PREFIX-XXXXXX; throws saturate::Error starting with `component` when it
   /// cannot.
   TempFolder(const std::string& prefix, const char* component);
-  /// Removes the files in the folder, then the folder (best effort).
+  /// Removes the folder and everything in it, subfolders included (best effort).
   ~TempFolder();
   TempFolder(const TempFolder&) = delete;
   TempFolder& operator=(const TempFolder&) = delete;

@@ -82,14 +82,23 @@ std::string unaffordable_why(const TuneState& s, const GuardSizing& z, const Gua
          "); kept only changes that leave the optimisation as it was: " + ref.describe();
 }
 
+// A value of the guard's metric as the report shows it: a share in percent, else as it is.
+std::string shown(double value, bool share) {
+  return share ? format_fixed(100 * value, 2) + "%" : format_fixed(value, 4);
+}
+// A difference of the metric: points of a share, else its own units.
+std::string shown_diff(double value, bool share) {
+  return share ? format_fixed(100 * value, 2) + " points" : format_fixed(value, 4);
+}
+
 std::string inconclusive_why(const TuneState& s, int64_t samples, const RunConfig& ref) {
   const QualityCheck& q = s.plan.quality;
   return std::to_string(samples) +
          " training samples per run (what the budget affords): seed-to-seed noise: the "
          "baseline's two seeds differ by " +
-         format_fixed(100 * q.metric_noise, 2) + " points of " + q.metric + ", more than " +
-         format_fixed(s.o.max_tolerance_factor / 2 * 100 * s.o.quality_tolerance, 1) +
-         " points, so these runs cannot judge a change; kept only changes that leave the "
+         shown_diff(q.metric_noise, s.metric_is_share) + " of " + q.metric + ", more than " +
+         shown_diff(s.o.max_tolerance_factor / 2 * s.o.quality_tolerance, s.metric_is_share) +
+         ", so these runs cannot judge a change; kept only changes that leave the "
          "optimisation as it was: " + ref.describe() +
          " (a larger --budget-s or --quality-samples buys longer runs)";
 }
@@ -109,8 +118,8 @@ std::string judge_candidates(TuneState& s, const std::vector<RunConfig>& candida
       why << "rejected (" << v.reasons() << ")";
       continue;
     }
-    why << q.metric << " " << format_fixed(100 * t.validation_metric, 2) << "% vs "
-        << format_fixed(100 * b.validation_metric, 2) << "%, loss "
+    why << q.metric << " " << shown(t.validation_metric, t.metric_is_share) << " vs "
+        << shown(b.validation_metric, b.metric_is_share) << ", loss "
         << format_fixed(t.final_loss, 4) << " vs " << format_fixed(b.final_loss, 4);
     if (!v.accepted()) {
       why << ": rejected (" << v.reasons() << ")";
@@ -180,6 +189,8 @@ void quality_guard(TuneState& s) {
                    "the baseline ran out of memory in its quality run; kept " + ref.describe(),
                    "the quality guard could not run the baseline");
   const GuardTolerances tol = guard_tolerances(b, b2, s.o);
+  q.metric = b.metric;
+  s.metric_is_share = b.metric_is_share;
   q.baseline = b.validation_metric;
   q.baseline_loss = b.final_loss;
   q.baseline_losses = b.losses;
@@ -195,9 +206,9 @@ void quality_guard(TuneState& s) {
                    "the quality guard's runs were too short to judge the batch change");
   std::ostringstream why;
   why << z.samples << " training samples per run; seed-to-seed noise " << q.metric << " "
-      << format_fixed(100 * q.metric_noise, 2) << " points, loss " << pct(q.loss_noise)
-      << ": rejects an accuracy drop above " << format_fixed(100 * tol.metric, 2)
-      << " points or a loss rise above " << pct(tol.loss)
+      << shown_diff(q.metric_noise, b.metric_is_share) << ", loss " << pct(q.loss_noise)
+      << ": rejects a drop of " << q.metric << " above "
+      << shown_diff(tol.metric, b.metric_is_share) << " or a loss rise above " << pct(tol.loss)
       << judge_candidates(s, candidates, b, tol, z.samples);
   if (!q.accepted) {
     q.tuned = b.validation_metric;

@@ -59,6 +59,7 @@ class TuneState {
   Plan plan;
   RunConfig current;          ///< what the stages have settled on so far
   TrialOutcome current_out;   ///< its measurement
+  bool metric_is_share = true;  ///< the guard's metric is a share (accuracy), shown in points
   bool base_fits = false;     ///< the user's configuration ran under the limit (baseline stage)
   BatchSearchResult search;   ///< the batch stage's search (largest_safe 0: not run)
 
