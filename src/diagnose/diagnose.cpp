@@ -22,10 +22,12 @@ struct Shares {
   double step_ms = 0;  // mean over the steady steps
   double data_wait = 0, host_to_device = 0, forward = 0, backward = 0, optimizer = 0,
          communication = 0, other = 0;
+  bool split = true;  // false: "other" is the program's compute (--exec)
 };
 
 Shares phase_shares(const RunFacts& f) {
   Shares s;
+  s.split = f.phases_split;
   double total = 0, data = 0, h2d = 0, fwd = 0, bwd = 0, opt = 0, comm = 0, other = 0;
   for (size_t i = static_cast<size_t>(std::max<int64_t>(0, f.warmup_steps)); i < f.steps.size();
        ++i) {
@@ -241,7 +243,7 @@ void phase_heavy(const Shares& s, const DiagnoseThresholds& t, std::vector<Findi
                        "a larger batch spreads the per-step optimizer cost over more samples; "
                        "with many small parameter tensors, a fused optimizer helps"));
   }
-  if (s.other > t.other_share_pct) {
+  if (s.split && s.other > t.other_share_pct) {
     out.push_back(make("other-heavy", Severity::kWarning,
                        concat(pct(s.other), " of the step is outside the measured phases"),
                        {{"other_share", s.other, "%"}},

@@ -31,6 +31,7 @@ RunFacts profile_facts(const Profile& p) {
   RunFacts facts = environment_facts(p.probe, p.device, p.threads * p.local_ranks,
                                      p.gemm_peak_flops > 0 ? p.gemm_peak_flops / 1e9 : -1.0);
   facts.steps = p.records;
+  facts.phases_split = p.phases_split;
   facts.warmup_steps = p.train.timing_warmup_steps;
   facts.precision = to_string(p.train.precision);
   facts.batch_size = p.train.batch_size;

@@ -25,7 +25,9 @@ void print_plan_result(std::ostream& out, const Plan& plan, const std::string& p
                           ? plan.tuned.samples_per_s / plan.baseline.samples_per_s
                           : 0.0;
   out << "plan" << (plan.interrupted ? " (interrupted: partial)" : "") << ": "
-      << plan.config.describe() << ", lr " << format_fixed(plan.config.train.lr, 6) << "\n  "
+      << plan.config.describe()
+      << (plan.exec.empty() ? ", lr " + format_fixed(plan.config.train.lr, 6) : std::string())
+      << "\n  "
       << format_fixed(plan.baseline.samples_per_s, 1) << " → "
       << format_fixed(plan.tuned.samples_per_s, 1) << " samples/s";
   if (gain > 0) out << " (" << format_fixed(gain, 2) << "×)";

@@ -24,7 +24,10 @@ void write_phases(std::ostream& out, const Profile& p) {
   out << "  phase                     ms   share\n";
   for (const auto& phase : detail::named_phases(ph)) {
     if (std::string(phase.name) == "communication" && p.ranks.size() <= 1) continue;
-    std::string name = phase.name;
+    const bool kept = std::string(phase.name) == "data_wait" || std::string(phase.name) == "other";
+    if (!p.phases_split && !kept) continue;
+    std::string name = !p.phases_split && std::string(phase.name) == "other" ? "rest of step"
+                                                                              : phase.name;
     name.resize(16, ' ');
     const double share = ph.step_ms > 0 ? 100.0 * phase.ms / ph.step_ms : 0.0;
     out << "    " << name << right(format_fixed(phase.ms, 2), 8) << " "
@@ -108,7 +111,8 @@ void write_device_samples(std::ostream& out, const Profile& p) {
 void write_profile_table(std::ostream& out, const Profile& p,
                          const std::vector<Finding>& findings) {
   out << "saturate profile: " << p.model << " on " << p.data << ", " << p.device.str() << ", "
-      << p.threads << " threads, batch " << p.train.batch_size << ", "
+      << (p.threads > 0 ? std::to_string(p.threads) + " threads, " : std::string()) << "batch "
+      << p.train.batch_size << ", "
       << to_string(p.train.precision) << "\n";
   out << "  samples/s     " << format_fixed(p.throughput.samples_per_s, 1) << " (median of "
       << p.throughput.windows << " windows of " << p.window_steps << " steps, spread "
@@ -119,6 +123,7 @@ void write_profile_table(std::ostream& out, const Profile& p,
   if (p.train_flops_per_sample > 0) write_compute(out, p);
   if (p.peak_memory_bytes > 0) out << "  peak memory   " << format_bytes(p.peak_memory_bytes) << "\n";
   if (p.page_faults_per_step >= 0) write_page_faults(out, p);
+  for (const std::string& line : p.details) out << "  " << line << "\n";
   write_device_samples(out, p);
   print_findings(out, findings);
 }

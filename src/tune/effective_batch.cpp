@@ -14,7 +14,9 @@ EffectiveBatch parse_effective_batch(const std::string& text) {
   if (text == "auto") return EffectiveBatch::kAuto;
   if (text == "keep") return EffectiveBatch::kKeep;
   if (text == "rescale") return EffectiveBatch::kRescale;
-  SATURATE_CHECK(false, "tune: --effective-batch must be auto, keep or rescale, got '", text, "'");
+  if (text == "grow") return EffectiveBatch::kGrow;
+  SATURATE_CHECK(false, "tune: --effective-batch must be auto, keep, rescale or grow, got '", text,
+                 "'");
   return EffectiveBatch::kAuto;
 }
 
@@ -23,12 +25,14 @@ std::string to_string(EffectiveBatch e) {
     case EffectiveBatch::kAuto: return "auto";
     case EffectiveBatch::kKeep: return "keep";
     case EffectiveBatch::kRescale: return "rescale";
+    case EffectiveBatch::kGrow: return "grow";
   }
   return "auto";
 }
 
 const std::vector<std::string>& effective_batch_outcome_names() {
-  static const std::vector<std::string> names = {"unchanged", "kept", "lr_rescaled"};
+  static const std::vector<std::string> names = {"unchanged", "kept", "lr_rescaled",
+                                                     "batch_changed"};
   return names;
 }
 
@@ -104,6 +108,13 @@ BatchChoice choose_effective_batch(const RunConfig& current, const RunConfig& ba
   c.config = current;
   c.config.train.accumulate = 1;
   c.config.train.batch_size = found;
+  if (policy == EffectiveBatch::kGrow) {
+    c.outcome = EffectiveBatchOutcome::kBatchChanged;
+    c.why = "batch " + std::to_string(user) + " → " + std::to_string(found) +
+            "; the learning rate stays the program's own (saturate cannot set it), so the "
+            "quality guard judges the change";
+    return c;
+  }
   c.config.train.lr = rescaled_lr(base.train.lr, base.train.optimizer, user, found);
   if (c.config.train.warmup_steps == 0) c.config.train.warmup_steps = -1;  // default warm-up
   c.outcome = EffectiveBatchOutcome::kLrRescaled;

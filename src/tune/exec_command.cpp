@@ -176,14 +176,23 @@ std::string shell_quote(const std::string& word) {
   return q + "'";
 }
 
-std::string exec_reproduce_line(const ExecCommand& c, const ExecSettings& s) {
-  std::vector<std::string> words = {"SATURATE_PROTOCOL=" + std::to_string(kExecProtocolVersion),
-                                    "SATURATE_METRICS=/dev/null"};
+std::vector<std::pair<std::string, std::string>> exec_standalone_environment(
+    const ExecSettings& s) {
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"SATURATE_PROTOCOL", std::to_string(kExecProtocolVersion)},
+      {"SATURATE_METRICS", "/dev/null"}};
   for (const std::string& name : exec_setting_names())
-    if (const auto it = s.find(name); it != s.end() && name != "max_steps")
-      words.push_back("SATURATE_" + upper(name) + "=" + shell_quote(it->second));
+    if (const auto it = s.find(name); it != s.end())
+      env.emplace_back("SATURATE_" + upper(name), it->second);
+  return env;
+}
+
+std::string exec_reproduce_line(const ExecCommand& c, const ExecSettings& s) {
   ExecSettings no_limit = s;
   no_limit.erase("max_steps");
+  std::vector<std::string> words;
+  for (const auto& [name, value] : exec_standalone_environment(no_limit))
+    words.push_back(name + "=" + shell_quote(value));
   for (const std::string& word : exec_argv(c, no_limit)) words.push_back(shell_quote(word));
   return join(words, " ");
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/tune/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
 #include "saturate/core/strings.h"
+#include "saturate/tune/exec_command.h"
 
 namespace saturate {
 
@@ -43,6 +45,7 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "stages",
                                                 "trials",
                                                 "quality",
+                                                "exec",
                                                 "probe_steps",
                                                 "tune_wall_s",
                                                 "budget_s",
@@ -135,6 +138,32 @@ class FieldReader {
     return FieldReader(*v, source_, field(key));
   }
 
+  /// The array of strings at `key` (empty when absent).
+  std::vector<std::string> strings(const std::string& key) const {
+    std::vector<std::string> out;
+    const json* v = find(key);
+    if (!v) return out;
+    if (!v->is_array()) fail(key, "an array of strings", *v);
+    for (const json& x : *v) {
+      if (!x.is_string()) fail(key, "an array of strings", *v);
+      out.push_back(x.get<std::string>());
+    }
+    return out;
+  }
+
+  /// The object of strings at `key` (empty when absent).
+  std::map<std::string, std::string> string_map(const std::string& key) const {
+    std::map<std::string, std::string> out;
+    const json* v = find(key);
+    if (!v) return out;
+    if (!v->is_object()) fail(key, "an object of strings", *v);
+    for (const auto& [k, x] : v->items()) {
+      if (!x.is_string()) fail(key + "." + k, "a string", x);
+      out[k] = x.get<std::string>();
+    }
+    return out;
+  }
+
   /// The array of numbers at `key` (empty when absent).
   std::vector<double> numbers(const std::string& key) const {
     std::vector<double> out;
@@ -205,7 +234,7 @@ json config_to_json(const RunConfig& c) {
           {"precision", to_string(t.precision)},
           {"accumulate", t.accumulate},
           {"recompute_segments", t.recompute_segments},
-          {"lr", t.lr},
+          {"lr", t.lr > 0 ? json(t.lr) : json(nullptr)},  // null: the program's own (--exec)
           {"warmup_steps", t.warmup_steps},
           {"optimizer", to_string(t.optimizer)},
           {"schedule", to_string(t.schedule)},
@@ -396,6 +425,45 @@ QualityCheck quality_from_json(const FieldReader& r) {
   return q;
 }
 
+json exec_to_json(const PlanExec& e) {
+  json maps = json::array();
+  for (const auto& [name, flag] : e.maps) maps.push_back({{"setting", name}, {"flag", flag}});
+  return {{"command", e.command},
+          {"maps", maps},
+          {"metrics", e.metrics_on_stdout ? "stdout" : "file"},
+          {"settings", e.settings},
+          {"applied", e.applied},
+          {"reproduce", e.reproduce},
+          {"defaults", e.defaults},
+          {"defaults_samples_per_s", e.defaults_samples_per_s},
+          {"runs", e.runs}};
+}
+
+PlanExec exec_from_json(const FieldReader& r) {
+  r.check_keys({"command", "maps", "metrics", "settings", "applied", "reproduce", "defaults",
+                "defaults_samples_per_s", "runs"});
+  PlanExec e;
+  e.command = r.strings("command");
+  r.check(!e.command.empty(), r.field("command"), " must name the program to run");
+  r.each("maps", [&](const FieldReader& m) {
+    e.maps.emplace_back(m.name("setting", "", exec_setting_names()), m.string("flag", ""));
+  });
+  e.metrics_on_stdout = r.name("metrics", "file", {"file", "stdout"}) == "stdout";
+  e.settings = r.string_map("settings");
+  for (const auto& [name, value] : e.settings) {
+    const auto& names = exec_setting_names();
+    r.check(std::find(names.begin(), names.end(), name) != names.end(), r.field("settings"),
+            ": unknown setting '", name, "'", did_you_mean(name, names));
+  }
+  e.applied = r.strings("applied");
+  e.reproduce = r.string("reproduce", "");
+  e.defaults = r.string_map("defaults");
+  e.defaults_samples_per_s =
+      r.number("defaults_samples_per_s", 0, is_non_negative, "a non-negative number");
+  e.runs = r.integer("runs", 0, 0, "a non-negative integer");
+  return e;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const Plan& plan) {
@@ -403,7 +471,7 @@ nlohmann::json to_json(const Plan& plan) {
   for (const auto& t : plan.trials) trials.push_back(trial_to_json(t));
   json stages = json::array();
   for (const auto& s : plan.stages) stages.push_back(stage_to_json(s));
-  return {
+  json j = {
       {"schema_version", plan.schema_version},
       {"model", plan.model},
       {"data", plan.data},
@@ -428,6 +496,8 @@ nlohmann::json to_json(const Plan& plan) {
        {{"batch_size", plan.config.train.eval_batch_size},
         {"samples_per_s", plan.eval_samples_per_s},
         {"peak_memory_bytes", plan.eval_peak_memory_bytes}}}};
+  if (!plan.exec.empty()) j["exec"] = exec_to_json(plan.exec);
+  return j;
 }
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
@@ -480,6 +550,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
       ev.number("samples_per_s", p.eval_samples_per_s, is_non_negative, "a non-negative number");
   p.eval_peak_memory_bytes =
       ev.integer("peak_memory_bytes", p.eval_peak_memory_bytes, 0, "a non-negative integer");
+  if (r.find("exec")) p.exec = exec_from_json(r.object("exec"));
   return p;
 }
 

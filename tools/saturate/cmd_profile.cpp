@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "exec_commands.h"
 #include "recipe.h"
 #include "saturate/core/json.h"
 #include "saturate/data/loader.h"
@@ -107,6 +108,7 @@ void report(const Profile& p, const ProfileFlags& f) {
 }  // namespace
 
 int run_profile(const std::vector<std::string>& args) {
+  if (wants_exec(args)) return run_profile_exec(args);
   ProfileFlags f;
   CLI::App app{"Run training steps of a config and show where each step's time goes.",
                "saturate profile"};

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "exec_commands.h"
 #include "recipe.h"
 #include "train_checkpoints.h"
 #include "saturate/core/json.h"
@@ -135,6 +136,7 @@ int run_train(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   std::optional<Plan> read;
   if (!rf.config.empty()) read = read_plan(rf.config);
+  if (read && !read->exec.empty()) return run_exec_plan(*read, app.count("--steps") ? rf.train.steps : 0);
   if (const int ranks = ranks_to_launch(rf, app, read ? &*read : nullptr, "train"))
     return run_as_ranks(ranks, "train", args);
   if (read) apply_train_plan(*read, app, rf);

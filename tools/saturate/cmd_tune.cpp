@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "exec_commands.h"
 #include "recipe.h"
 #include "tune_ranks.h"
 #include "saturate/core/json.h"
@@ -113,6 +114,7 @@ void describe_recipe(Plan& plan, const RecipeFlags& rf, const Recipe& recipe, in
 }  // namespace
 
 int run_tune(const std::vector<std::string>& args) {
+  if (wants_exec(args)) return run_tune_exec(args);
   TuneFlags f;
   f.rf.val_fraction = 0.05;
   f.o.budget_s = 300;

@@ -49,6 +49,9 @@ struct RunFacts {
   int64_t accumulate = 1;
   int64_t recompute_segments = 0;
   int workers = 0;                 ///< input-pipeline threads (0: in the training thread)
+  /// false: the step is known only as data wait and the rest (an --exec program), so the rest
+  /// is the program's compute, not unmeasured time.
+  bool phases_split = true;
   bool pinned_memory = false;      ///< batch buffers page-locked (matters on a GPU)
 
   // Device and host.

@@ -23,8 +23,11 @@ enum class EffectiveBatch {
   kAuto,     ///< keep it through accumulation when the batch shrinks; rescale the LR when it grows
   kKeep,     ///< never change it: a larger batch is not taken, a smaller one accumulates
   kRescale,  ///< take the measured best batch and rescale the LR (linear SGD, √ AdamW)
+  /// Take the measured best batch and leave the LR alone: for a program that owns its LR
+  /// (--exec), where saturate cannot rescale it. The quality guard judges the change.
+  kGrow,
 };
-EffectiveBatch parse_effective_batch(const std::string& text);  ///< auto|keep|rescale
+EffectiveBatch parse_effective_batch(const std::string& text);  ///< auto|keep|rescale|grow
 std::string to_string(EffectiveBatch e);
 
 /// What a plan did to the user's effective batch ("policy" in plan JSON).
@@ -32,6 +35,7 @@ enum class EffectiveBatchOutcome {
   kUnchanged,   ///< "unchanged": the user's batch, in one step
   kKept,        ///< "kept": the user's batch, split into micro-batches that fit
   kLrRescaled,  ///< "lr_rescaled": another batch, with the learning rate rescaled
+  kBatchChanged,  ///< "batch_changed": another batch, the learning rate left as it was (--exec)
 };
 std::string to_string(EffectiveBatchOutcome e);
 /// Throws saturate::Error for a name that is not one of the three.

@@ -72,6 +72,11 @@ std::string exec_metrics_path(const ExecCommand& command, const std::string& run
 std::set<std::string> exec_applied(const ExecCommand& command, const ExecSettings& passed,
                                    const ExecStart* start);
 
+/// The variables that give a program `settings` outside saturate: SATURATE_PROTOCOL,
+/// SATURATE_METRICS=/dev/null (the settings read, the lines discarded) and one per setting.
+std::vector<std::pair<std::string, std::string>> exec_standalone_environment(
+    const ExecSettings& settings);
+
 /// A shell line that runs the program with `settings` outside saturate: the protocol's
 /// variables with SATURATE_METRICS=/dev/null (the program's settings read, its lines
 /// discarded), then the command, each word quoted for sh.

@@ -11,6 +11,7 @@
 //   ExecRun first = runner.run_as_given(user_settings, 20);   // the program's own defaults
 //   Plan plan = tune(runner, base, options);
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -78,6 +79,8 @@ class ExecTrialRunner : public TrialRunner {
   int64_t max_batch_size() const override { return o_.max_batch; }
 
   int runs() const { return runs_; }
+  /// The job's ranks, as the program's start line says (rank 0's samples × world).
+  void set_world_size(int world) { o_.world_size = std::max(1, world); }
   const ExecRunnerOptions& options() const { return o_; }
   /// The settings a trial of `config` passes (max_steps aside).
   ExecSettings settings_for(const RunConfig& config, int64_t max_steps) const {

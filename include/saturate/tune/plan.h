@@ -9,7 +9,9 @@
 //   write_plan(p, "plan.json");             // atomic
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +85,23 @@ struct QualityCheck {
   std::string why;
 };
 
+/// A plan for a user's own program (`tune --exec`): what `train --config` runs, and how the
+/// program did with its own settings. Empty for a built-in model.
+struct PlanExec {
+  std::vector<std::string> command;  ///< the words after `--`, {placeholders} kept
+  std::vector<std::pair<std::string, std::string>> maps;  ///< --map setting → the program's flag
+  bool metrics_on_stdout = false;
+  std::map<std::string, std::string> settings;  ///< the tuned settings, by the protocol's names
+  std::vector<std::string> applied;  ///< the settings the program applies
+  std::string reproduce;             ///< a shell line that runs the tuned program
+  /// The program's first run, with only the settings given on the command line: its own
+  /// defaults (as its start line reported them) and its samples/s.
+  std::map<std::string, std::string> defaults;
+  double defaults_samples_per_s = 0;
+  int64_t runs = 0;  ///< runs of the program the tune made
+  bool empty() const { return command.empty(); }
+};
+
 struct Plan {
   int schema_version = kPlanSchemaVersion;
   std::string model, data, device;
@@ -108,6 +127,7 @@ struct Plan {
   /// What the eval-batch stage measured at config.eval_batch_size (0: not measured).
   double eval_samples_per_s = 0;
   int64_t eval_peak_memory_bytes = 0;
+  PlanExec exec;  ///< set for a user's own program (tune --exec)
 };
 
 nlohmann::json to_json(const Plan& plan);

@@ -113,6 +113,12 @@ struct Profile {
   SampleSummary device_samples;
   std::string gpu_status;  ///< "NVML: N GPUs", or why GPUs were not sampled
 
+  /// false: the step is known only as data wait and the rest (an --exec program): the table
+  /// shows those two, not forward/backward/optimizer.
+  bool phases_split = true;
+  /// Lines the table shows after the memory (an --exec program's command, settings, processes).
+  std::vector<std::string> details;
+
   /// Every rank's times, in rank order (one entry for one process); gathered by every rank.
   std::vector<RankTimes> ranks;
 

@@ -50,7 +50,7 @@ struct TuneOptions {
   /// When twice the baseline's seed-to-seed noise exceeds this many quality tolerances, the
   /// guard's runs are too short to judge: status "inconclusive", math-preserving fall-back.
   double max_tolerance_factor = 5.0;
-  int max_recompute_segments = 4;    ///< memory-saver stage tries 2..this segments
+  int max_recompute_segments = 4;    ///< memory-saver stage tries 2..this segments; < 2 skips it
   /// The evaluation-batch stage: false keeps the base's eval batch (given by the user) after
   /// checking that it fits. Candidates double from the training micro-batch up to the
   /// validation split; each is measured on `eval_batches` timed batches.

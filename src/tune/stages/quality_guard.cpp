@@ -33,7 +33,8 @@ void give_up(TuneState& s, const RunConfig& ref, QualityStatus status, const std
 
 std::vector<RunConfig> candidates_for(const TuneState& s, const RunConfig& ref) {
   std::vector<RunConfig> out = {s.current};
-  if (s.plan.effective_batch == EffectiveBatchOutcome::kLrRescaled) {
+  if (s.plan.effective_batch == EffectiveBatchOutcome::kLrRescaled ||
+      s.plan.effective_batch == EffectiveBatchOutcome::kBatchChanged) {
     RunConfig c = s.current;
     c.train.batch_size = ref.train.batch_size;
     c.train.lr = ref.train.lr;
@@ -112,7 +113,9 @@ std::string judge_candidates(TuneState& s, const std::vector<RunConfig>& candida
     const RunConfig& c = candidates[i];
     s.check_stop();
     const QualityRun t = s.runner.train_and_validate(c, samples);
-    why << "; " << c.describe() << ", lr " << format_fixed(c.train.lr, 6) << ": ";
+    why << "; " << c.describe();
+    if (c.train.lr > 0) why << ", lr " << format_fixed(c.train.lr, 6);  // 0: the program's own
+    why << ": ";
     const GuardVerdict v = judge_candidate(b, t, tol, s.target_bytes());
     if (!v.fits) {
       why << "rejected (" << v.reasons() << ")";

@@ -20,6 +20,10 @@ std::string breakdown(const Measurement& m) {
   const PhaseBreakdown& p = m.phases;
   if (p.step_ms <= 0) return "";
   auto share = [&](double ms) { return pct(ms / p.step_ms); };
+  // A program measured only by its step lines (--exec): data wait and the rest.
+  if (p.forward_ms + p.backward_ms + p.optimizer_ms + p.host_to_device_ms <= 0)
+    return "; step " + format_fixed(p.step_ms, 1) + " ms: data " + share(p.data_wait_ms) +
+           ", the rest " + share(p.other_ms);
   return "; step " + format_fixed(p.step_ms, 1) + " ms: data " + share(p.data_wait_ms) +
          ", forward " + share(p.forward_ms) + ", backward " + share(p.backward_ms) +
          ", optimizer " + share(p.optimizer_ms);
