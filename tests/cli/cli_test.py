@@ -1926,6 +1926,175 @@ def case_report_bad_input(tmp):
         fail("a failed report left a file behind")
 
 
+# ---- issue 17: --exec, a user's own program -------------------------------------------------------
+
+PY_FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "fixtures")
+
+
+def py_fixture(name, *args):
+    return [sys.executable, os.path.join(PY_FIXTURES, name), *args]
+
+
+def exec_steps(metrics_path):
+    with open(metrics_path) as f:
+        lines = [json.loads(l) for l in f if l.strip()]
+    return [l for l in lines if l["ev"] == "step"]
+
+
+def program_samples_per_s(shell_line, tmp, name, steps=60, warmup=10):
+    """Runs a shell line (a plan's reproduce line, or the bare command) for `steps` steps with its
+    lines in a file, and returns its samples/s after the warm-up from its own step lines."""
+    metrics = os.path.join(tmp, name + ".jsonl")
+    line = shell_line.replace("SATURATE_METRICS=/dev/null", "")
+    env = {"SATURATE_PROTOCOL": "1", "SATURATE_METRICS": metrics, "SATURATE_MAX_STEPS": str(steps),
+           "PYTHONPATH": os.path.join(PY_FIXTURES, "..", "..", "..", "python", "saturate_client")}
+    p = subprocess.run(["sh", "-c", line], env={**os.environ, **env}, capture_output=True,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        fail(f"{line}: exit {p.returncode}\n{p.stderr}")
+    s = exec_steps(metrics)[warmup:]
+    return sum(x["samples"] for x in s[1:]) / (s[-1]["t"] - s[0]["t"])
+
+
+def case_issue17_tune_exec_cooperative(tmp):
+    # A cooperative script tuned end to end; the plan's reproduce line runs faster than the
+    # script's own defaults, measured here from the script's own step lines.
+    plan = os.path.join(tmp, "plan.json")
+    cmd = py_fixture("coop_train.py", "--samples", "8192")
+    code, out, err = run("tune", "--exec", "--budget-s", "60", "--max-batch", "512", "--out", plan,
+                         "--", *cmd, timeout=280)
+    if code != 0:
+        fail(f"tune --exec: exit {code}\n{out}\n{err}")
+    p = json.load(open(plan))
+    e = p["exec"]
+    for need in ("batch_size", "num_workers", "precision"):
+        if need not in e["applied"]:
+            fail(f"the plan does not know the script applies {need}: {e['applied']}")
+    if int(e["settings"]["batch_size"]) <= 32:
+        fail(f"the tuned batch {e['settings']['batch_size']} is not larger than the script's 32")
+    if "reproduce:" not in out or e["reproduce"] not in out:
+        fail(f"the reproduce line is not printed:\n{out}")
+    if not any(t["outcome"] == "fits" for t in p["trials"]):
+        fail("no trial recorded")
+    bare = " ".join("'" + w + "'" for w in cmd)
+    tuned, own = [], []
+    for i in range(2):  # interleaved, against the machine's noise
+        own.append(program_samples_per_s(bare, tmp, f"own{i}"))
+        tuned.append(program_samples_per_s(e["reproduce"], tmp, f"tuned{i}"))
+    if max(tuned) <= max(own):
+        fail(f"the plan's reproduce line ran at {tuned} samples/s, the defaults at {own}")
+    # train --config runs the plan's program with the tuned settings.
+    code, out, err = run("train", "--config", plan, "--steps", "3")
+    if code != 0 or "final loss" not in out or "running the plan's program" not in err:
+        fail(f"train --config of an exec plan: exit {code}\n{out}\n{err}")
+
+
+def case_issue17_profile_exec_zero_change(tmp):
+    # An unmodified script profiled through the zero-change hook.
+    code, out, err = run("profile", "--exec", "--steps", "0", "--skip-steps", "2", "--window", "5",
+                         "--json", "--", *py_fixture("plain_train.py"))
+    if code != 0:
+        fail(f"profile --exec of an unmodified script: exit {code}\n{err}")
+    j = json.loads(out)
+    if j["exec"]["mode"] != "zero-change":
+        fail(f"mode {j['exec']['mode']!r}, expected zero-change")
+    if j["steps"] != 32:
+        fail(f"{j['steps']} steps, expected the script's 2 epochs of 16")
+    if not j["samples_per_s"] > 0:
+        fail(f"no samples/s from the hook's step lines: {j['samples_per_s']}")
+    if not j["exec"]["processes"]:
+        fail("the script's processes were not sampled")
+    code, out, err = run("profile", "--exec", "--steps", "0", "--",
+                         *py_fixture("plain_train.py"))
+    if code != 0 or "rest of step" not in out or "zero-change" not in out:
+        fail(f"profile --exec table: exit {code}\n{out}\n{err}")
+
+
+def case_issue17_tune_exec_oom_above_a_batch(tmp):
+    # Out of memory above batch 64 (the script's pretend device) is a trial outcome, not a crash:
+    # the plan stays at or below 64 and records the OOM trials.
+    plan = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--exec", "--budget-s", "60", "--quality-samples", "0",
+                         "--max-batch", "256", "--out", plan, "--", *py_fixture("oom_train.py"),
+                         timeout=200)
+    if code != 0:
+        fail(f"tune --exec of a script that runs out of memory: exit {code}\n{out}\n{err}")
+    p = json.load(open(plan))
+    if int(p["exec"]["settings"]["batch_size"]) > 64:
+        fail(f"planned batch {p['exec']['settings']['batch_size']} is above what fits (64)")
+    if not any(t["outcome"] == "oom" for t in p["trials"]):
+        fail(f"no trial recorded as out of memory: {[t['outcome'] for t in p['trials']]}")
+
+
+def case_issue17_exec_memory_limit(tmp):
+    # --memory-limit on the program's processes: over it, the run is out of memory (the cgroup
+    # where delegated, else the RSS watchdog), named so.
+    script = os.path.join(tmp, "grow.py")
+    with open(script, "w") as f:
+        f.write("import time, saturate_client as saturate\n"
+                "s = saturate.session(); s.start(applied={'batch_size': 1}); s.step(samples=1)\n"
+                "hog = [bytearray(64 << 20) for _ in range(16)]\n"
+                "for b in hog: b[::4096] = b'x' * len(b[::4096])\n"
+                "time.sleep(60)\n")
+    env = {"PYTHONPATH": os.path.join(PY_FIXTURES, "..", "..", "..", "python", "saturate_client")}
+    code, out, err = run("profile", "--exec", "--memory-limit", "400MiB", "--", sys.executable,
+                         script, env=env, timeout=120)
+    if code != 1 or "out of memory" not in err or "memory" not in err:
+        fail(f"a program over --memory-limit: exit {code}\n{out}\n{err}")
+
+
+def case_issue17_tune_exec_failure_stops_with_its_message(tmp):
+    code, out, err = run("tune", "--exec", "--budget-s", "60", "--",
+                         *py_fixture("coop_train.py", "--raise-at", "3"), timeout=120)
+    if code != 1:
+        fail(f"a failing script: exit {code}, expected 1\n{err}")
+    if "ValueError: synthetic failure at step 3" not in err:
+        fail(f"the tune did not stop with the script's message:\n{err}")
+
+
+def case_issue17_exec_hang_killed_with_its_group(tmp):
+    pids_file = os.path.join(tmp, "pids")
+    start = time.time()
+    code, out, err = run("profile", "--exec", "--step-timeout", "2", "--",
+                         *py_fixture("hang_train.py", pids_file), timeout=120)
+    if code != 1 or "no step reported for" not in err:
+        fail(f"a hanging script: exit {code}\n{err}")
+    if time.time() - start > 60:
+        fail(f"the hang was stopped only after {time.time() - start:.0f} s")
+    pids = [int(x) for x in open(pids_file).read().split()]
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        if state != "Z":
+            fail(f"process {pid} of the hanging script is still there (state {state})")
+
+
+def case_issue17_exec_bad_input(tmp):
+    expect_usage_error(["tune", "--exec", "--"], "no command after '--'")
+    expect_usage_error(["profile", "--exec"], "no command after '--'")
+    expect_usage_error(["tune", "--exec", "--map", "batch_sise=--bs", "--", "true"],
+                       "did you mean 'batch_size'")
+    expect_usage_error(["tune", "--exec", "--", sys.executable, "t.py", "--pin={pin_memory}"],
+                       "{pin_memory}")
+    expect_usage_error(["profile", "--exec", "--", "saturate-no-such-program"], "not found")
+    # A program that never reports a step: named after the start-up limit.
+    expect_usage_error(["profile", "--exec", "--startup-timeout", "2", "--", sys.executable, "-c",
+                        "import time; time.sleep(60)"], "no step reported within")
+    expect_usage_error(["profile", "--exec", "--", sys.executable, "-c", "print('hello')"],
+                       "exited without reporting a step")
+    # Malformed lines: more than 10 ignored is fatal, naming the source and line.
+    bad = ("import sys\nprint(':::SATURATE {\"v\":1,\"ev\":\"start\",\"t\":1}')\n"
+           "for i in range(12): print(':::SATURATE {not json')\n")
+    expect_usage_error(["profile", "--exec", "--metrics", "stdout", "--", sys.executable, "-c",
+                        bad], "stdout:")
+    newer = "print(':::SATURATE {\"v\":2,\"ev\":\"start\",\"t\":1}')"
+    expect_usage_error(["profile", "--exec", "--metrics", "stdout", "--", sys.executable, "-c",
+                        newer], "protocol version 2 is not supported")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -1944,3 +2113,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+
