@@ -92,9 +92,27 @@ void input_bound(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t
                  " and --prefetch, keep decoded samples with --cache SIZE, or pack the data with "
                  "`saturate pack` so reads are one memcpy");
   }
+  // Workers busy all the time are the bottleneck themselves: more of them only help while
+  // cores are free; otherwise each sample must cost less.
+  std::string busy;
+  if (!f.input_worker_cores.empty()) {
+    double sum = 0;
+    for (double c : f.input_worker_cores) sum += c;
+    const double each = sum / static_cast<double>(f.input_worker_cores.size());
+    if (each >= 0.8) {
+      busy = concat("; its ", f.input_worker_cores.size(), " input workers are CPU-bound (",
+                    format_fixed(each, 2), " cores each)");
+      rec = f.cores_usable > 0 && sum + 1.5 > f.cores_usable
+                ? concat("the workers already use ", format_fixed(sum, 1), " of ", f.cores_usable,
+                         " cores: make each sample cheaper (decode once and cache, move "
+                         "augmentation to the device, pack the data) rather than add workers")
+                : concat("the workers are busy all the time and cores are free: raise the "
+                         "workers above ", f.input_worker_cores.size());
+    }
+  }
   out.push_back(make("input-bound", sev,
                      concat("input-bound: the step waits for data ", pct(s.data_wait),
-                            " of its time"),
+                            " of its time", busy),
                      {{"data_wait_share", s.data_wait, "%"},
                       {"data_wait_ms_per_step", s.data_wait * s.step_ms / 100.0, "ms"},
                       {"workers", static_cast<double>(f.workers), ""}},

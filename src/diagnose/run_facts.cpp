@@ -32,6 +32,7 @@ RunFacts profile_facts(const Profile& p) {
                                      p.gemm_peak_flops > 0 ? p.gemm_peak_flops / 1e9 : -1.0);
   facts.steps = p.records;
   facts.phases_split = p.phases_split;
+  facts.input_worker_cores = p.input_worker_cores;
   facts.warmup_steps = p.train.timing_warmup_steps;
   facts.precision = to_string(p.train.precision);
   facts.batch_size = p.train.batch_size;

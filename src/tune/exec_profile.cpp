@@ -72,6 +72,11 @@ void fill_profile(ExecProfile& ep, const ExecProfileOptions& o, const DeviceProb
                       (ep.ignored.empty() ? "" : "; ignored: " + join({ep.ignored.begin(), ep.ignored.end()}, ", ")));
   for (const ExecProcessUse& u : r.processes)
     p.details.push_back("process       " + process_line(u, r.wall_s));
+  // The program's own processes after the first (DataLoader workers, mostly), seen for at least
+  // half the run: their CPU per second seen.
+  for (size_t i = 1; i < r.processes.size(); ++i)
+    if (r.processes[i].seen_s > 0.5 * r.wall_s)
+      p.input_worker_cores.push_back(r.processes[i].cpu_s / r.processes[i].seen_s);
   if (!r.memory_limit_how.empty()) p.details.push_back("memory limit  " + r.memory_limit_how);
   for (const std::string& w : r.warnings) p.details.push_back("warning       " + w);
 }

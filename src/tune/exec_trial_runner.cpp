@@ -146,6 +146,11 @@ ExecRun ExecTrialRunner::launch(const ExecSettings& settings, const std::string&
   l.stop = o_.stop;
   ExecRun run = run_exec(l);
   if (o_.on_run) o_.on_run(purpose, settings, run);
+  if (run.steps.size() >= 2 && run.outcome.status == ExecStatus::kOk) {
+    const double steps_s = run.steps.back().t - run.steps.front().t;
+    overhead_s_ += std::max(0.0, run.wall_s - steps_s);
+    ++overhead_runs_;
+  }
   const std::string which = "run " + std::to_string(index) + " (" + purpose + ")";
   // A program that never reports a step does not speak the protocol: bad input, exit 2.
   SATURATE_CHECK(!run.steps.empty() || run.outcome.status == ExecStatus::kOom ||

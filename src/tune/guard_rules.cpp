@@ -15,7 +15,8 @@ GuardSizing size_guard(const GuardCost& cost, const TuneOptions& o, double left_
   if (std::isfinite(left_s)) {
     const double eval_s = static_cast<double>(cost.runs) * static_cast<double>(o.eval_samples) /
                           (2.0 * std::max(1e-9, cost.slowest_samples_per_s));
-    const double affordable = std::max(0.0, 0.8 * left_s - eval_s) /
+    const double fixed_s = static_cast<double>(cost.runs) * cost.fixed_s_per_run;
+    const double affordable = std::max(0.0, 0.8 * left_s - eval_s - fixed_s) /
                               (1.15 * std::max(1e-12, cost.seconds_per_sample));
     z.samples = static_cast<int64_t>(std::min(static_cast<double>(z.samples), affordable));
   }

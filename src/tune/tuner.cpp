@@ -35,7 +35,8 @@ const Stage kStages[] = {
      tune_detail::input_pipeline, true},
     {"threads", [](const TuneOptions& o) { return !o.threads.empty(); }, tune_detail::threads,
      true},
-    {"eval_batch", always, tune_detail::eval_batch, true},
+    {"eval_batch", [](const TuneOptions& o) { return o.eval_batch_stage; },
+     tune_detail::eval_batch, true},
     {"quality_guard", always, tune_detail::quality_guard, false},
     {"confirm", always, tune_detail::confirm, false},
 };

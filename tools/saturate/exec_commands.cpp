@@ -281,8 +281,8 @@ void add_tune_exec_flags(CLI::App& app, TuneExecFlags& f) {
                  "guard judges); keep: never change the samples per step")
       ->capture_default_str();
   app.add_option("--quality-samples", f.quality_samples,
-                 "training samples per quality-guard run (default: 32 steps of your batch; 0 "
-                 "skips the guard)");
+                 "training samples per quality-guard run (default: what the budget affords, "
+                 "or 200 steps of your batch without one; 0 skips the guard)");
   app.add_option("--quality-tolerance", o.quality_tolerance,
                  "largest accepted drop of the program's evaluation metric (its own units)")
       ->capture_default_str();
@@ -335,6 +335,7 @@ void exec_tune_options(TuneOptions& o, const RunConfig& base, const std::set<std
   if (applied.count("num_workers") == 0) o.max_workers = 0;
   o.max_recompute_segments = 1;  // the protocol has no recomputation setting
   o.tune_eval_batch = false;
+  o.eval_batch_stage = false;  // the program evaluates by itself
   o.search = flags.search;
   o.stop = &g_interrupted;
 }
@@ -417,7 +418,11 @@ int run_tune_exec(const std::vector<std::string>& args) {
   const RunConfig base = base_config(first, given);
   exec_tune_options(f.o, base, applied, device, probe);
   f.o.effective_batch = parse_effective_batch(f.effective);
-  f.o.quality_samples = f.quality_samples >= 0 ? f.quality_samples : 32 * base.train.batch_size;
+  // By default the guard's runs are as long as the budget affords (at least 8 steps of the
+  // largest batch); the program's own run length is not known.
+  f.o.quality_samples = f.quality_samples >= 0 ? f.quality_samples
+                        : f.o.budget_s > 0       ? int64_t{1} << 40
+                                                 : 200 * base.train.batch_size;
   print_exec_header(f, runner, applied, base, first_sps);
   Plan plan = tune(runner, base, f.o, [](const PlanStage& s) {
     print_plan_stage(std::cout, s);

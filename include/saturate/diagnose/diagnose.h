@@ -52,6 +52,9 @@ struct RunFacts {
   /// false: the step is known only as data wait and the rest (an --exec program), so the rest
   /// is the program's compute, not unmeasured time.
   bool phases_split = true;
+  /// CPU cores each input worker process used over the run (an --exec program's DataLoader
+  /// workers, from /proc); empty: not measured.
+  std::vector<double> input_worker_cores;
   bool pinned_memory = false;      ///< batch buffers page-locked (matters on a GPU)
 
   // Device and host.

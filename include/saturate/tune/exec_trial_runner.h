@@ -75,6 +75,11 @@ class ExecTrialRunner : public TrialRunner {
 
   TrialOutcome run(const TrialRequest& request) override;
   QualityRun train_and_validate(const RunConfig& config, int64_t samples) override;
+  /// The runs' mean time outside their step lines: start-up before the first step, evaluation
+  /// and exit after the last.
+  double run_overhead_s() const override {
+    return overhead_runs_ > 0 ? overhead_s_ / overhead_runs_ : 0;
+  }
   int64_t memory_limit_bytes() const override;
   int64_t max_batch_size() const override { return o_.max_batch; }
 
@@ -91,6 +96,8 @@ class ExecTrialRunner : public TrialRunner {
   ExecRun launch(const ExecSettings& settings, const std::string& purpose, int64_t stop_after);
   ExecRunnerOptions o_;
   int runs_ = 0;
+  double overhead_s_ = 0;
+  int overhead_runs_ = 0;
 };
 
 }  // namespace saturate

@@ -25,6 +25,9 @@ struct GuardCost {
   int64_t largest_batch = 1;
   int runs = 2;
   double slowest_samples_per_s = 1;
+  /// Seconds each run costs besides its samples (a foreign program's start-up: the runner's
+  /// run_overhead_s()).
+  double fixed_s_per_run = 0;
 };
 
 struct GuardSizing {
@@ -35,8 +38,8 @@ struct GuardSizing {
 
 /// The samples per run: at least the asked `quality_samples` and what a meaningful run needs,
 /// at most what `left_s` (infinite: no budget) pays for after each run evaluates the validation
-/// split (inference taken as twice a training step's samples/s), with 20% of the time kept back
-/// and 15% for building and starting each run.
+/// split (inference taken as twice a training step's samples/s) and its fixed cost, with 20% of
+/// the time kept back and 15% for building and starting each run.
 GuardSizing size_guard(const GuardCost& cost, const TuneOptions& options, double left_s);
 
 struct GuardTolerances {

@@ -118,6 +118,8 @@ struct Profile {
   bool phases_split = true;
   /// Lines the table shows after the memory (an --exec program's command, settings, processes).
   std::vector<std::string> details;
+  /// CPU cores each input worker process used (an --exec program's; empty: not measured).
+  std::vector<double> input_worker_cores;
 
   /// Every rank's times, in rank order (one entry for one process); gathered by every rank.
   std::vector<RankTimes> ranks;

@@ -103,6 +103,9 @@ class TrialRunner {
     return {};
   }
 
+  /// Seconds a run costs besides its steps (a program's start-up and evaluation when each
+  /// trial is a fresh process); 0 for an in-process runner.
+  virtual double run_overhead_s() const { return 0; }
   /// Memory available to training, in bytes (a --memory-limit, or the device's capacity).
   virtual int64_t memory_limit_bytes() const = 0;
   /// Upper bound for the batch size (the training set's size, or a cap).
@@ -121,6 +124,7 @@ class CountingRunner : public TrialRunner {
     return inner_.evaluate(config, eval_batch, batches);
   }
 
+  double run_overhead_s() const override { return inner_.run_overhead_s(); }
   int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
   int64_t max_batch_size() const override { return inner_.max_batch_size(); }
   int64_t trials() const { return trials_; }

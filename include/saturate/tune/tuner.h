@@ -55,6 +55,8 @@ struct TuneOptions {
   /// checking that it fits. Candidates double from the training micro-batch up to the
   /// validation split; each is measured on `eval_batches` timed batches.
   bool tune_eval_batch = true;
+  /// false: no eval-batch stage at all (an --exec program evaluates by itself).
+  bool eval_batch_stage = true;
   int64_t eval_batches = 2;
   double eval_tolerance = 0.03;  ///< the largest batch within this share of the fastest wins
   /// Set (by Ctrl-C) to stop at the next trial boundary; tune() then returns the plan so far

@@ -54,6 +54,7 @@ std::vector<RunConfig> candidates_for(const TuneState& s, const RunConfig& ref) 
 // as the slowest one that was.
 GuardCost cost_of(const TuneState& s, const RunConfig& ref, const std::vector<RunConfig>& cands) {
   GuardCost cost;
+  cost.fixed_s_per_run = s.runner.run_overhead_s();
   cost.slowest_samples_per_s =
       std::max(1e-9, std::min(TuneState::sps(s.current_out),
                               std::max(s.known_sps(ref), s.plan.baseline.samples_per_s)));

@@ -112,6 +112,33 @@ TEST(Diagnose, InputBound) {
   EXPECT_FALSE(find(diagnose(f), "input-bound").has_value());
 }
 
+TEST(Diagnose, InputBoundWithCpuBoundWorkersSaysWhetherMoreWorkersCanHelp) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {10.0, 0, 2.0, 0, 0.5});  // 25% waiting
+  f.workers = 2;
+  f.cores_usable = 8;
+  f.input_worker_cores = {0.97, 0.95};  // both busy all the time, 6 cores free
+  std::optional<Finding> x = find(diagnose(f), "input-bound");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->title.find("2 input workers are CPU-bound"), std::string::npos) << x->title;
+  EXPECT_NE(x->recommendation.find("raise the workers above 2"), std::string::npos);
+  f.cores_usable = 2;  // the workers already take the machine
+  x = find(diagnose(f), "input-bound");
+  EXPECT_NE(x->recommendation.find("make each sample cheaper"), std::string::npos)
+      << x->recommendation;
+  f.input_worker_cores = {0.3, 0.2};  // mostly idle workers: not the workers' CPU
+  x = find(diagnose(f), "input-bound");
+  EXPECT_EQ(x->title.find("CPU-bound"), std::string::npos) << x->title;
+}
+
+TEST(Diagnose, AnUnsplitStepIsNotUnmeasuredTime) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {0.5, 0, 0, 0, 39.5});  // everything but the wait in "other"
+  ASSERT_TRUE(find(diagnose(f), "other-heavy").has_value());
+  f.phases_split = false;  // an --exec program: the rest is its compute
+  EXPECT_FALSE(find(diagnose(f), "other-heavy").has_value());
+}
+
 TEST(Diagnose, WarmupStepsAreLeftOut) {
   RunFacts f = healthy_cpu();
   std::vector<StepRecord> slow_start = steps(5, 40.0, {30.0, 0, 2.0, 0, 0.5});
