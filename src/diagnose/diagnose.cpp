@@ -92,6 +92,10 @@ void input_bound(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t
                  " and --prefetch, keep decoded samples with --cache SIZE, or pack the data with "
                  "`saturate pack` so reads are one memcpy");
   }
+  if (f.workers_measured > f.workers)
+    rec = concat("the tune measured up to ", f.workers_measured, " workers and kept ", f.workers,
+                 " (more were no faster here): make each sample cheaper instead — decode once "
+                 "and cache, pack the data, or move per-sample transforms into the batch");
   // Workers busy all the time are the bottleneck themselves: more of them only help while
   // cores are free; otherwise each sample must cost less.
   std::string busy;

@@ -19,6 +19,7 @@ void add_plan_facts(RunFacts& facts, const Plan& plan, int64_t memory_limit_byte
   facts.steps = {tuned_step};
   double fp32_sps = 0, bf16_sps = 0, fp16_sps = 0;
   for (const PlanTrial& t : plan.trials) {
+    if (t.stage == "input_pipeline") facts.workers_measured = std::max(facts.workers_measured, t.config.workers);
     if ((t.stage != "precision" && t.stage != "baseline") || !t.fits) continue;
     const Precision p = t.config.train.precision;
     double& slot = p == Precision::kBf16 ? bf16_sps : p == Precision::kFp16 ? fp16_sps : fp32_sps;

@@ -193,6 +193,7 @@ class ExecSession {
   bool pump(int timeout_ms);
   void read_metrics();
   void sample();
+  void sample_gpu_memory(ExecGroupSample& s);
   void enforce_limits();
   void stop_group(int sig) {
     if (pid_ > 1) ::kill(-pid_, sig);  // the child's own group (setsid), never ours
@@ -353,7 +354,7 @@ void ExecSession::sample() {
     ++s.processes;
     s.rss_bytes += rss;
     auto [it, fresh] = seen_.try_emplace(p.pid, r_.processes.size(), p.cpu_ticks);
-    if (fresh) r_.processes.push_back({p.pid, p.comm, 0, 0, 0});
+    if (fresh) r_.processes.push_back({p.pid, p.comm, 0, 0, 0, -1});
     ExecProcessUse& use = r_.processes[it->second.first];
     const uint64_t before = fresh ? p.cpu_ticks : it->second.second;
     const uint64_t delta = p.cpu_ticks >= before ? p.cpu_ticks - before : 0;
@@ -365,10 +366,24 @@ void ExecSession::sample() {
     it->second.second = p.cpu_ticks;
   }
   s.cpu_cores = dt > 0 ? static_cast<double>(ticks) / ticks_per_s_ / dt : 0;
+  if (l_.nvml != nullptr && l_.nvml->is_loaded()) sample_gpu_memory(s);
   r_.peak_rss_bytes = std::max(r_.peak_rss_bytes, s.rss_bytes);
   r_.samples.push_back(s);
   if (cgroup_.path.empty() && l_.memory_limit_bytes > 0 && s.rss_bytes > l_.memory_limit_bytes)
     request_stop(ExecStopReason::kMemoryLimit);
+}
+
+// The GPU memory NVML attributes to the group's processes.
+void ExecSession::sample_gpu_memory(ExecGroupSample& s) {
+  s.gpu_memory_bytes = 0;
+  for (const Nvml::Process& p : l_.nvml->processes()) {
+    const auto it = seen_.find(p.pid);
+    if (it == seen_.end() || p.used_bytes < 0) continue;
+    s.gpu_memory_bytes += p.used_bytes;
+    ExecProcessUse& use = r_.processes[it->second.first];
+    use.peak_gpu_memory_bytes = std::max(use.peak_gpu_memory_bytes, p.used_bytes);
+  }
+  r_.peak_gpu_memory_bytes = std::max(r_.peak_gpu_memory_bytes, s.gpu_memory_bytes);
 }
 
 void ExecSession::enforce_limits() {

@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <utility>
 
@@ -27,6 +29,14 @@ constexpr nvmlReturn_t NVML_SUCCESS = 0;
 constexpr int NVML_TEMPERATURE_GPU = 0;
 constexpr int NVML_CLOCK_SM = 1;
 constexpr unsigned int kNameBufferSize = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+// nvmlProcessInfo_v2_t, what the _v2 and _v3 process queries fill.
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+constexpr unsigned int kMaxProcesses = 256;  // per GPU and query
 
 struct ThrottleBit {
   uint64_t bit;
@@ -81,6 +91,7 @@ struct Nvml::Api {
   nvmlReturn_t (*get_energy)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*get_clock)(nvmlDevice_t, int, unsigned int*) = nullptr;
   nvmlReturn_t (*get_throttle)(nvmlDevice_t, unsigned long long*) = nullptr;
+  nvmlReturn_t (*get_processes)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*) = nullptr;
 
   ~Api() {
     if (shutdown != nullptr) shutdown();
@@ -133,6 +144,11 @@ Nvml::Nvml(const std::string& library_path) : library_path_(choose_library_path(
     api->get_throttle =
         find_symbol<decltype(api->get_throttle)>(h, "nvmlDeviceGetCurrentClocksEventReasons");
   }
+  api->get_processes =
+      find_symbol<decltype(api->get_processes)>(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (api->get_processes == nullptr)  // older drivers: the same struct under _v2
+    api->get_processes =
+        find_symbol<decltype(api->get_processes)>(h, "nvmlDeviceGetComputeRunningProcesses_v2");
   api_ = std::move(api);
 }
 
@@ -195,6 +211,26 @@ std::vector<GpuSample> Nvml::sample() const {
     gpus.push_back(std::move(g));
   }
   return gpus;
+}
+
+std::vector<Nvml::Process> Nvml::processes() const {
+  std::vector<Process> found;
+  if (api_ == nullptr || api_->get_processes == nullptr) return found;
+  const int count = device_count();
+  for (int i = 0; i < count; ++i) {
+    nvmlDevice_t dev = nullptr;
+    if (api_->get_handle(static_cast<unsigned int>(i), &dev) != NVML_SUCCESS) continue;
+    std::array<nvmlProcessInfo_t, kMaxProcesses> infos{};
+    unsigned int n = static_cast<unsigned int>(infos.size());
+    if (api_->get_processes(dev, &n, infos.data()) != NVML_SUCCESS) continue;
+    for (unsigned int k = 0; k < std::min<unsigned int>(n, kMaxProcesses); ++k) {
+      // NVML_VALUE_NOT_AVAILABLE (all ones) when the driver cannot attribute memory.
+      const unsigned long long used = infos[k].usedGpuMemory;
+      found.push_back({i, static_cast<int64_t>(infos[k].pid),
+                       used == ~0ull ? -1 : static_cast<int64_t>(used)});
+    }
+  }
+  return found;
 }
 
 }  // namespace saturate

@@ -37,7 +37,8 @@ void describe_settings(Profile& p, const ExecStart* start) {
 std::string process_line(const ExecProcessUse& u, double wall_s) {
   return u.name + " (pid " + std::to_string(u.pid) + "): " +
          format_fixed(wall_s > 0 ? u.cpu_s / wall_s : 0, 2) + " cores, peak RSS " +
-         format_bytes(u.peak_rss_bytes);
+         format_bytes(u.peak_rss_bytes) +
+         (u.peak_gpu_memory_bytes >= 0 ? ", GPU " + format_bytes(u.peak_gpu_memory_bytes) : "");
 }
 
 void fill_profile(ExecProfile& ep, const ExecProfileOptions& o, const DeviceProbe& probe,
@@ -58,7 +59,10 @@ void fill_profile(ExecProfile& ep, const ExecProfileOptions& o, const DeviceProb
   p.throughput = steady_throughput(p.records, o.skip_steps, o.window_steps);
   p.phases = mean_phases(p.records, static_cast<size_t>(std::max<int64_t>(0, o.skip_steps)));
   for (const StepRecord& s : p.records) p.peak_memory_bytes = std::max(p.peak_memory_bytes, s.peak_memory_bytes);
-  // A reported peak is the device's (CUDA); without one the program ran on the host.
+  // A reported peak is the device's (CUDA); so is GPU memory NVML saw the processes hold.
+  // Otherwise the program ran on the host.
+  if (p.peak_memory_bytes == 0 && r.peak_gpu_memory_bytes > 0)
+    p.peak_memory_bytes = r.peak_gpu_memory_bytes;
   if (p.peak_memory_bytes > 0) p.device = c10::Device(c10::kCUDA, 0);
   else p.peak_memory_bytes = r.peak_rss_bytes;
   p.device_samples = summarize_samples(readings, p.throughput.steps);
@@ -77,6 +81,9 @@ void fill_profile(ExecProfile& ep, const ExecProfileOptions& o, const DeviceProb
   for (size_t i = 1; i < r.processes.size(); ++i)
     if (r.processes[i].seen_s > 0.5 * r.wall_s)
       p.input_worker_cores.push_back(r.processes[i].cpu_s / r.processes[i].seen_s);
+  if (r.peak_gpu_memory_bytes >= 0)
+    p.details.push_back("GPU memory    " + format_bytes(r.peak_gpu_memory_bytes) +
+                        " held by its processes at most (NVML, per PID)");
   if (!r.memory_limit_how.empty()) p.details.push_back("memory limit  " + r.memory_limit_how);
   for (const std::string& w : r.warnings) p.details.push_back("warning       " + w);
 }

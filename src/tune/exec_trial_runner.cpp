@@ -118,7 +118,8 @@ ExecQuality exec_quality(const ExecRun& run) {
   return q;
 }
 
-ExecTrialRunner::ExecTrialRunner(ExecRunnerOptions options) : o_(std::move(options)) {
+ExecTrialRunner::ExecTrialRunner(ExecRunnerOptions options)
+    : o_(std::move(options)), nvml_(std::make_shared<const Nvml>()) {
   SATURATE_CHECK(!o_.work_dir.empty(), kComponent, ": no folder for the runs");
 }
 
@@ -138,13 +139,22 @@ ExecRun ExecTrialRunner::launch(const ExecSettings& settings, const std::string&
   l.run_dir = dir;
   l.metrics_path = exec_metrics_path(o_.command, dir);
   l.memory_limit_bytes = o_.memory_limit_bytes;
+  const bool on_device = o_.device_memory_limit && o_.memory_limit_bytes > 0;
+  if (on_device) {
+    l.env.emplace_back("SATURATE_DEVICE_MEMORY_LIMIT_BYTES", std::to_string(o_.memory_limit_bytes));
+    l.memory_limit_bytes = 0;  // the GPU's memory is the limit, not the host's
+  }
   l.wall_limit_s = o_.wall_limit_s;
   l.no_progress_s = o_.no_progress_s;
   l.startup_limit_s = o_.startup_limit_s;
   l.stop_after_steps = stop_after;
   l.grace_s = 3;
   l.stop = o_.stop;
+  l.nvml = nvml_.get();
   ExecRun run = run_exec(l);
+  if (on_device)
+    run.memory_limit_how = "CUDA allocator capped per process (SATURATE_DEVICE_MEMORY_LIMIT_BYTES: "
+                           "saturate_client calls torch.cuda.set_per_process_memory_fraction)";
   if (o_.on_run) o_.on_run(purpose, settings, run);
   if (run.steps.size() >= 2 && run.outcome.status == ExecStatus::kOk) {
     const double steps_s = run.steps.back().t - run.steps.front().t;
@@ -192,8 +202,12 @@ TrialOutcome ExecTrialRunner::run(const TrialRequest& request) {
   t.fits = true;
   if (r.stopped == ExecStopReason::kInterrupted) return t;  // the tuner stops at its next check
   t.measurement = measure_exec_steps(r.steps, request.warmup_steps, o_.world_size);
-  // Host memory is the process group's own (no reported device peak).
-  if (t.measurement.peak_memory_bytes == 0) t.measurement.peak_memory_bytes = r.peak_rss_bytes;
+  // Without a reported peak: the GPU memory NVML saw its processes hold, else (CPU) their
+  // resident memory.
+  if (t.measurement.peak_memory_bytes == 0)
+    t.measurement.peak_memory_bytes =
+        o_.device_memory_limit && r.peak_gpu_memory_bytes > 0 ? r.peak_gpu_memory_bytes
+                                                              : r.peak_rss_bytes;
   return t;
 }
 

@@ -1959,10 +1959,11 @@ def program_samples_per_s(shell_line, tmp, name, steps=60, warmup=10):
 def case_issue17_tune_exec_cooperative(tmp):
     # A cooperative script tuned end to end; the plan's reproduce line runs faster than the
     # script's own defaults, measured here from the script's own step lines.
+    # The guard is off here (a throughput tune); the next case shows it judging the same script.
     plan = os.path.join(tmp, "plan.json")
     cmd = py_fixture("coop_train.py", "--samples", "8192")
-    code, out, err = run("tune", "--exec", "--budget-s", "60", "--max-batch", "512", "--out", plan,
-                         "--", *cmd, timeout=280)
+    code, out, err = run("tune", "--exec", "--budget-s", "60", "--max-batch", "512",
+                         "--quality-samples", "0", "--out", plan, "--", *cmd, timeout=280)
     if code != 0:
         fail(f"tune --exec: exit {code}\n{out}\n{err}")
     p = json.load(open(plan))
@@ -1987,6 +1988,23 @@ def case_issue17_tune_exec_cooperative(tmp):
     code, out, err = run("train", "--config", plan, "--steps", "3")
     if code != 0 or "final loss" not in out or "running the plan's program" not in err:
         fail(f"train --config of an exec plan: exit {code}\n{out}\n{err}")
+
+
+def case_issue17_tune_exec_guard_rejects_a_harmful_batch(tmp):
+    # The program keeps its own learning rate, so a much larger batch learns less from the same
+    # samples: the guard, judging on the script's own eval line (val_accuracy), must reject it
+    # and keep the script's batch.
+    plan = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--exec", "--budget-s", "60", "--max-batch", "512", "--out", plan,
+                         "--", *py_fixture("coop_train.py", "--samples", "8192"), timeout=280)
+    if code != 0:
+        fail(f"tune --exec: exit {code}\n{out}\n{err}")
+    p = json.load(open(plan))
+    q = p["quality"]
+    if q["metric"] != "val_accuracy" or q["status"] != "accepted":
+        fail(f"the guard did not judge on the script's eval line: {q['metric']}, {q['status']}\n{out}")
+    if "rejected" not in q["why"] or p["exec"]["settings"]["batch_size"] != "32":
+        fail(f"the guard kept a batch that learns less: {p['exec']['settings']}\n{q['why']}")
 
 
 def case_issue17_profile_exec_zero_change(tmp):
@@ -2070,6 +2088,29 @@ def case_issue17_exec_hang_killed_with_its_group(tmp):
             continue
         if state != "Z":
             fail(f"process {pid} of the hanging script is still there (state {state})")
+
+
+def case_exec_fake_nvml_gpu_memory(tmp):
+    # The GPU memory of the program's processes, per PID through NVML (the fake reports each PID
+    # in FAKE_NVML_PID_FILE on GPU 0 with 512 MiB); a PID outside the group does not count.
+    pids = os.path.join(tmp, "pids")
+    with open(pids, "w") as f:
+        f.write("1\n")  # init: not the program's
+    script = ("import os, time, saturate_client as saturate\n"
+              f"open({pids!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+              "s = saturate.session(); s.start(applied={'batch_size': 8})\n"
+              "for _ in range(12):\n    time.sleep(0.1); s.step(samples=8)\n")
+    env = {"FAKE_NVML_PID_FILE": pids,
+           "PYTHONPATH": os.path.join(PY_FIXTURES, "..", "..", "..", "python", "saturate_client")}
+    code, out, err = run("profile", "--exec", "--skip-steps", "2", "--window", "4", "--json",
+                         "--", sys.executable, "-c", script, env=env)
+    if code != 0:
+        fail(f"profile --exec under the fake NVML: exit {code}\n{err}")
+    e = json.loads(out)["exec"]
+    if e["process_group_peak_gpu_memory_bytes"] != 512 << 20:
+        fail(f"GPU memory of the program's processes: {e['process_group_peak_gpu_memory_bytes']}")
+    if e["processes"][0]["peak_gpu_memory_bytes"] != 512 << 20:
+        fail(f"per process: {e['processes']}")
 
 
 def case_issue17_exec_bad_input(tmp):

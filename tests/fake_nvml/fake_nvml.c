@@ -145,3 +145,40 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev,
   *reasons = dev->index == 1 ? (0x4ull | 0x40ull) : 0ull;
   return NVML_SUCCESS;
 }
+
+/* Compute processes: none, unless FAKE_NVML_PID_FILE names a file of PIDs (one a line, at most
+ * 16), each then reported on GPU 0 holding 512 MiB. The struct is NVML's nvmlProcessInfo_v2_t. */
+typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+#include <stdio.h>
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int* count,
+                                                     nvmlProcessInfo_t* infos) {
+  nvmlReturn_t rc = check(dev, count);
+  if (rc != NVML_SUCCESS) return rc;
+  unsigned int pids[16];
+  unsigned int found = 0;
+  const char* path = getenv("FAKE_NVML_PID_FILE");
+  FILE* f = dev->index == 0 && path != NULL ? fopen(path, "r") : NULL;
+  if (f != NULL) {
+    while (found < 16 && fscanf(f, "%u", &pids[found]) == 1) ++found;
+    fclose(f);
+  }
+  if (infos == NULL || *count < found) {
+    *count = found;
+    return found == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (unsigned int i = 0; i < found; ++i) {
+    infos[i].pid = pids[i];
+    infos[i].usedGpuMemory = 512ull * 1024ull * 1024ull;
+    infos[i].gpuInstanceId = 0xFFFFFFFFu;
+    infos[i].computeInstanceId = 0xFFFFFFFFu;
+  }
+  *count = found;
+  return NVML_SUCCESS;
+}

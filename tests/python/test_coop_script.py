@@ -29,7 +29,7 @@ class CooperativeScript(unittest.TestCase):
         times = [line["t"] for line in lines]
         self.assertEqual(times, sorted(times))
         self.assertEqual((lines[5]["name"], lines[5]["step"], lines[5]["higher_is_better"]),
-                         ("val_loss", 4, False))
+                         ("val_accuracy", 4, True))
         self.assertEqual(end["status"], "ok")
 
     def test_lines_go_to_stdout_with_the_prefix_without_a_metrics_file(self):

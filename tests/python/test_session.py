@@ -2,6 +2,8 @@
 """Session in this process (no torch): the lines it writes, their order, and an inactive session."""
 import contextlib
 import io
+import sys
+import types
 import unittest
 
 import support
@@ -132,6 +134,64 @@ class CountSamples(unittest.TestCase):
         self.assertEqual(count_samples({"ids": ["a"], "input": t(4, 9)}), 4)
         self.assertEqual(count_samples([{"x": t(2)}]), 2)
         self.assertIsNone(count_samples(["text", 3]))
+
+
+class _FakeCuda:
+    """torch.cuda as the session sees it on a GPU machine: 8 GiB, CUDA in use once `ready`."""
+
+    def __init__(self):
+        self.ready = False
+        self.fractions = []
+
+    def is_initialized(self):
+        return self.ready
+
+    def current_device(self):
+        return 0
+
+    def get_device_properties(self, device):
+        return types.SimpleNamespace(total_memory=8 << 30)
+
+    def set_per_process_memory_fraction(self, fraction, device):
+        self.fractions.append((fraction, device))
+
+    def synchronize(self):
+        pass
+
+    def max_memory_allocated(self):
+        return 0
+
+    def reset_peak_memory_stats(self):
+        pass
+
+
+class DeviceMemoryLimit(unittest.TestCase):
+    def test_limit_is_applied_once_cuda_is_in_use(self):
+        cuda = _FakeCuda()
+        fake = types.SimpleNamespace(cuda=cuda, is_grad_enabled=lambda: True)
+        saved = sys.modules.get("torch")
+        sys.modules["torch"] = fake
+        try:
+            with support.TempRunDir() as run:
+                env = run.env(SATURATE_DEVICE_MEMORY_LIMIT_BYTES=str(2 << 30))
+                s = Session(environ=env, exit_hooks=False)
+                s.step(samples=8)  # CUDA not in use yet: nothing to cap, nothing initialised
+                self.assertEqual(cuda.fractions, [])
+                cuda.ready = True
+                s.step(samples=8)
+                s.step(samples=8)
+        finally:
+            if saved is None:
+                sys.modules.pop("torch", None)
+            else:
+                sys.modules["torch"] = saved
+        self.assertEqual(cuda.fractions, [(0.25, 0)])  # 2 GiB of 8, once
+
+    def test_malformed_limit_fails_when_active(self):
+        with support.TempRunDir() as run:
+            with self.assertRaises(SettingsError):
+                Session(environ=run.env(SATURATE_DEVICE_MEMORY_LIMIT_BYTES="2GiB"),
+                        exit_hooks=False)
 
 
 if __name__ == "__main__":

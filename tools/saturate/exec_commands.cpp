@@ -70,8 +70,9 @@ void add_exec_flags(CLI::App& app, ExecFlags& f) {
                                                    "stopped (no progress)")->capture_default_str();
   app.add_option("--run-timeout", f.run_timeout, "seconds a run may take in all (0: no limit)")
       ->capture_default_str();
-  app.add_option("--memory-limit", f.memory_limit, "cap the program's resident memory, e.g. "
-                                                   "4GiB (cgroup v2, else a watchdog)");
+  app.add_option("--memory-limit", f.memory_limit,
+                 "cap the program's memory, e.g. 4GiB: on a GPU its CUDA allocator (through "
+                 "saturate_client), else its processes' resident memory (cgroup v2 or a watchdog)");
   app.add_option("--runs-dir", f.runs_dir, "keep each run's folder (logs, metrics) in DIR");
 }
 
@@ -202,7 +203,8 @@ nlohmann::json exec_json(const ExecProfile& ep) {
   nlohmann::json processes = nlohmann::json::array();
   for (const ExecProcessUse& u : ep.run.processes)
     processes.push_back({{"pid", u.pid}, {"name", u.name}, {"cpu_s", u.cpu_s},
-                         {"peak_rss_bytes", u.peak_rss_bytes}});
+                         {"peak_rss_bytes", u.peak_rss_bytes},
+                         {"peak_gpu_memory_bytes", u.peak_gpu_memory_bytes}});
   nlohmann::json evals = nlohmann::json::array();
   for (const ExecEval& e : ep.run.evals)
     evals.push_back({{"step", e.step}, {"name", e.name}, {"value", e.value},
@@ -214,6 +216,7 @@ nlohmann::json exec_json(const ExecProfile& ep) {
           {"processes", processes},
           {"evals", evals},
           {"process_group_peak_rss_bytes", ep.run.peak_rss_bytes},
+          {"process_group_peak_gpu_memory_bytes", ep.run.peak_gpu_memory_bytes},
           {"memory_limit", ep.run.memory_limit_how},
           {"warnings", ep.run.warnings},
           {"wall_s", ep.run.wall_s},
@@ -236,6 +239,8 @@ int run_profile_exec(const std::vector<std::string>& args) {
   const RunsFolder runs = runs_folder(f.exec.runs_dir);
   ExecProfileOptions o;
   o.runner = runner_options(app, f.exec, make_command(words, f.exec), runs.path);
+  const DeviceProbe probe = probe_devices();
+  o.runner.device_memory_limit = !probe.gpus.empty();
   o.settings = given_settings(app, f.exec);
   std::set<std::string> set_in_every_run = {"max_steps"};
   for (const auto& [name, value] : o.settings) set_in_every_run.insert(name);
@@ -247,7 +252,7 @@ int run_profile_exec(const std::vector<std::string>& args) {
   MultiSink sinks;
   FileSinks file_sinks(f.logdir, f.trace_path, sinks, DistEnv{});
   o.sink = &sinks;
-  const ExecProfile ep = run_exec_profile(o, probe_devices());
+  const ExecProfile ep = run_exec_profile(o, probe);
   file_sinks.finish(nullptr);
   const std::vector<Finding> findings = diagnose(profile_facts(ep.profile));
   if (f.as_json || !f.summary_json.empty()) {
@@ -396,6 +401,7 @@ int run_tune_exec(const std::vector<std::string>& args) {
   const RunsFolder runs = runs_folder(f.exec.runs_dir);
   ExecRunnerOptions ro = runner_options(app, f.exec, make_command(words, f.exec), runs.path);
   ro.pin_memory = device.is_cuda();
+  ro.device_memory_limit = device.is_cuda();
   std::set<std::string> always = {"batch_size", "grad_accum", "precision", "num_workers",
                                   "prefetch", "seed", "max_steps"};
   if (ro.pin_memory) always.insert("pin_memory");

@@ -55,6 +55,9 @@ struct RunFacts {
   /// CPU cores each input worker process used over the run (an --exec program's DataLoader
   /// workers, from /proc); empty: not measured.
   std::vector<double> input_worker_cores;
+  /// The most input workers a tune measured (its input stage); -1: none measured. More workers
+  /// than this are only worth asking for when this is not above `workers`.
+  int workers_measured = -1;
   bool pinned_memory = false;      ///< batch buffers page-locked (matters on a GPU)
 
   // Device and host.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "saturate/telemetry/exec_protocol.h"
+#include "saturate/telemetry/nvml.h"
 
 namespace saturate {
 
@@ -45,6 +46,8 @@ struct ExecLaunch {
   double grace_s = 5;
   double sample_interval_s = 0.2;  ///< process-group samples
   const std::atomic<bool>* stop = nullptr;  ///< set (Ctrl-C): stop the group now
+  /// Where the group's GPU memory is read per PID (null or unloaded: not read).
+  const Nvml* nvml = nullptr;
 };
 
 /// Why saturate stopped the group; kNone: the program ended by itself.
@@ -57,6 +60,7 @@ struct ExecGroupSample {
   int processes = 0;
   int64_t rss_bytes = 0;  ///< summed over the group's processes
   double cpu_cores = 0;   ///< CPU time per wall second since the previous sample, all processes
+  int64_t gpu_memory_bytes = -1;  ///< GPU memory its processes hold (NVML); -1: not read
 };
 
 /// One process of the group over the run.
@@ -66,6 +70,7 @@ struct ExecProcessUse {
   double cpu_s = 0;        ///< CPU time it used while sampled
   double seen_s = 0;       ///< how long it was seen
   int64_t peak_rss_bytes = 0;
+  int64_t peak_gpu_memory_bytes = -1;  ///< NVML's; -1: not read
 };
 
 struct ExecRun {
@@ -82,6 +87,7 @@ struct ExecRun {
   std::vector<ExecGroupSample> samples;
   std::vector<ExecProcessUse> processes;  ///< by pid, in order of first sight
   int64_t peak_rss_bytes = 0;     ///< the group's summed resident memory, highest sample
+  int64_t peak_gpu_memory_bytes = -1;  ///< the group's GPU memory (NVML per PID); -1: not read
   std::string memory_limit_how;   ///< "cgroup v2 memory.max", "RSS watchdog (...)", "" (none)
   bool group_left_empty = true;   ///< no process of the group was left at the end
   std::string stdout_path, stderr_path;

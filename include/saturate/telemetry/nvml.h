@@ -44,6 +44,16 @@ class Nvml {
   /// fails, or whose function this driver lacks, stays -1 (throttle_reasons 0).
   std::vector<GpuSample> sample() const;
 
+  /// A process using a GPU, and the GPU memory it holds.
+  struct Process {
+    int gpu = 0;
+    int64_t pid = 0;
+    int64_t used_bytes = 0;  ///< -1: NVML cannot say (some drivers in some modes)
+  };
+  /// The compute processes on every GPU now; empty when not loaded or the driver lacks the
+  /// call (nvmlDeviceGetComputeRunningProcesses_v3, else _v2).
+  std::vector<Process> processes() const;
+
  private:
   struct Api;
   std::string library_path_;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ struct ExecRunnerOptions {
   double wall_limit_s = 0;         ///< per run (0: none)
   int64_t max_batch = int64_t{1} << 20;
   bool pin_memory = false;         ///< pass SATURATE_PIN_MEMORY=1 (a CUDA device is used)
+  /// The program trains on a GPU: memory_limit_bytes caps its CUDA allocator through the
+  /// protocol (SATURATE_DEVICE_MEMORY_LIMIT_BYTES) instead of its host memory.
+  bool device_memory_limit = false;
   int world_size = 1;              ///< what the program's start line says; reads samples × world
   const std::atomic<bool>* stop = nullptr;
   /// Hears each run once it ended (for progress lines and the plan's log of runs).
@@ -95,6 +99,7 @@ class ExecTrialRunner : public TrialRunner {
  private:
   ExecRun launch(const ExecSettings& settings, const std::string& purpose, int64_t stop_after);
   ExecRunnerOptions o_;
+  std::shared_ptr<const Nvml> nvml_;  ///< the runs' GPU memory per PID (unloaded without NVML)
   int runs_ = 0;
   double overhead_s_ = 0;
   int overhead_runs_ = 0;

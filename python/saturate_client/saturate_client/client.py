@@ -51,6 +51,9 @@ class Session:
         self.rank = read_count(env, "RANK", 0, 0) if self.is_active else 0
         self.world_size = read_count(env, "WORLD_SIZE", 1, 1) if self.is_active else 1
         self._all_ranks = self.is_active and read_flag(env, "SATURATE_ALL_RANKS")
+        # --memory-limit on a GPU: this process's CUDA allocator is capped once CUDA is in use.
+        self._device_limit = (read_count(env, "SATURATE_DEVICE_MEMORY_LIMIT_BYTES", 0, 1)
+                              if self.is_active else 0)
         self._metrics_path = env.get("SATURATE_METRICS", "")
         self._sink = NullSink()
         self._pid = os.getpid()
@@ -97,6 +100,8 @@ class Session:
         if samples < 0:
             raise ValueError(f"saturate: step(samples={samples}) must be >= 0")
         self.start()
+        if self._device_limit and torch_state.limit_device_memory(self._device_limit):
+            self._device_limit = 0
         loss_value = torch_state.as_float(loss)
         torch_state.wait_for_device()
         now = time.time()

@@ -62,3 +62,18 @@ def grad_enabled():
     """torch.is_grad_enabled(), or True without torch (a batch then counts as training)."""
     torch = _torch()
     return True if torch is None else bool(torch.is_grad_enabled())
+
+
+def limit_device_memory(limit_bytes):
+    """Caps this process's CUDA caching allocator at `limit_bytes` on the current device
+    (torch.cuda.set_per_process_memory_fraction), once the program uses CUDA: an allocation past
+    it raises torch.OutOfMemoryError as a smaller card would. True when applied; False while CUDA
+    is not in use (the session tries again at the next step).
+    """
+    if not cuda_in_use():
+        return False
+    cuda = _torch().cuda
+    device = cuda.current_device()
+    total = cuda.get_device_properties(device).total_memory
+    cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total), device)
+    return True

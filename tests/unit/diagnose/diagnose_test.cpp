@@ -131,6 +131,17 @@ TEST(Diagnose, InputBoundWithCpuBoundWorkersSaysWhetherMoreWorkersCanHelp) {
   EXPECT_EQ(x->title.find("CPU-bound"), std::string::npos) << x->title;
 }
 
+TEST(Diagnose, InputBoundDoesNotAskForWorkersATuneMeasuredNoFaster) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 40.0, {4.0, 0, 2.0, 0, 0.5});  // 10% waiting
+  f.workers = 0;
+  EXPECT_NE(find(diagnose(f), "input-bound")->recommendation.find("--workers"), std::string::npos);
+  f.workers_measured = 2;  // the input stage tried 1 and 2 workers and kept 0
+  const std::string rec = find(diagnose(f), "input-bound")->recommendation;
+  EXPECT_NE(rec.find("measured up to 2 workers and kept 0"), std::string::npos) << rec;
+  EXPECT_EQ(rec.find("--workers"), std::string::npos) << rec;
+}
+
 TEST(Diagnose, AnUnsplitStepIsNotUnmeasuredTime) {
   RunFacts f = healthy_cpu();
   f.steps = steps(20, 40.0, {0.5, 0, 0, 0, 39.5});  // everything but the wait in "other"
