@@ -99,6 +99,7 @@ json plan_input(const json& plan, const std::string& path) {
   in["memory_limit_bytes"] = plan.value("memory_limit_bytes", 0);
   in["findings"] = plan.value("findings", json::array());
   in["context"] = plan.value("context", json::object());
+  if (plan.contains("exec") && plan["exec"].is_object()) in["exec"] = plan["exec"];
   return in;
 }
 
@@ -206,6 +207,17 @@ constexpr const char* kScript = R"JS(
   Object.keys(data.context).forEach(function (k) {
     var tr = el('tr'); tr.appendChild(el('td', k)); tr.appendChild(el('td', String(data.context[k]))); ctx.appendChild(tr);
   });
+
+  // A plan for the user's own program (tune --exec): what to run, and how it did by itself.
+  var ex = document.getElementById('exec');
+  if (data.exec) {
+    ex.appendChild(el('p', 'Your program, as given: ' + fmt(data.exec.defaults_samples_per_s) +
+                   ' samples/s; it applies ' + (data.exec.applied || []).join(', ') + '; ' +
+                   data.exec.runs + ' runs of it. Run it tuned with saturate train --config, or:'));
+    ex.appendChild(el('pre', data.exec.reproduce));
+  } else {
+    ex.style.display = 'none';
+  }
 
   if (data.kind === 'plan') {
     document.getElementById('run-only').style.display = 'none';
@@ -381,6 +393,7 @@ std::string html_report(const json& input, const ReportAssets& assets) {
     << "<h1 id=\"title\"></h1>\n<p>From <code>" << html_escape(input.value("source", std::string()))
     << "</code>. Charts: c3 " << "on d3, inlined; this file needs no network.</p>\n"
     << "<div id=\"errors\"></div>\n"
+    << "<div id=\"exec\"><h2>Your program</h2></div>\n"
     << "<h2>Findings</h2><div id=\"findings\"></div>\n"
     << "<div id=\"plan-only\"><h2>Stages</h2><table><thead><tr><th>stage</th><th>samples/s "
        "before</th><th>after</th><th></th><th>why</th></tr></thead><tbody id=\"stages\"></tbody>"

@@ -2000,11 +2000,14 @@ def case_issue17_tune_exec_guard_rejects_a_harmful_batch(tmp):
     if code != 0:
         fail(f"tune --exec: exit {code}\n{out}\n{err}")
     p = json.load(open(plan))
-    q = p["quality"]
-    if q["metric"] != "val_accuracy" or q["status"] != "accepted":
-        fail(f"the guard did not judge on the script's eval line: {q['metric']}, {q['status']}\n{out}")
-    if "rejected" not in q["why"] or p["exec"]["settings"]["batch_size"] != "32":
-        fail(f"the guard kept a batch that learns less: {p['exec']['settings']}\n{q['why']}")
+    guard = [s for s in p["stages"] if s["name"] == "quality_guard"]
+    why = guard[0]["why"] if guard else ""
+    # (The confirm stage may then fall back to the script's own settings when the accepted
+    # candidate measures no faster: the batch stays 32 either way.)
+    if "val_accuracy" not in why or p["quality"]["metric"] != "val_accuracy":
+        fail(f"the guard did not judge on the script's eval line:\n{why}\n{out}")
+    if "rejected" not in why or p["exec"]["settings"]["batch_size"] != "32":
+        fail(f"the guard kept a batch that learns less: {p['exec']['settings']}\n{why}")
 
 
 def case_issue17_profile_exec_zero_change(tmp):
