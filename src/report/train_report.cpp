@@ -70,6 +70,14 @@ void add_results(const TrainReport& r, json& j) {
   j["last_checkpoint"] = s.last_checkpoint;
   j["divergence"] = divergence_to_json(s.divergence);
   j["phases_ms"] = phases_json(s.phases);
+  if (!r.options.target_metric.empty())
+    j["target"] = {{"metric", r.options.target_metric},
+                   {"value", r.options.target_value},
+                   {"reached", s.target_reached},
+                   {"steps", s.target_reached ? json(s.target_steps) : json(nullptr)},
+                   {"samples", s.target_reached ? json(s.target_samples) : json(nullptr)},
+                   {"train_s", s.target_reached ? json(s.target_train_s) : json(nullptr)},
+                   {"seen", nan_to_null(s.target_seen)}};
 }
 
 }  // namespace
@@ -156,6 +164,16 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
   if (!std::isnan(s.test_accuracy)) {
     row("test accuracy", format_fixed(100.0 * s.test_accuracy, 2) + " %");
     row("test loss", format_fixed(s.test_loss, 4));
+  }
+  if (!o.target_metric.empty()) {
+    const std::string goal = o.target_metric + (o.target_metric == "val_accuracy" ? " ≥ " : " ≤ ") +
+                             format_fixed(o.target_value, 4);
+    row("target", s.target_reached
+                      ? goal + " reached at step " + std::to_string(s.target_steps) + " (" +
+                            std::to_string(s.target_samples) + " samples, " +
+                            format_fixed(s.target_train_s, 2) + " s of training; " +
+                            format_fixed(s.target_seen, 4) + " seen)"
+                      : goal + " not reached in " + std::to_string(s.steps) + " steps");
   }
 }
 

@@ -297,6 +297,11 @@ class Trainer::FitLoop {
   std::deque<double> recent_norms_;
   int64_t skipped_in_a_row_ = 0;
   bool scaling_ = false;
+  // --target: the periodic evaluation's interval and the training losses a "loss" target reads.
+  int64_t eval_every_ = 0;
+  std::deque<double> target_losses_;
+  bool target_hit_ = false;
+  void reach_target(int64_t steps_done, double seen);
   // Periodic evaluation: the held-out split when there is one. Its time is not a step's.
   bool has_val_ = false;
   const TensorDataset* periodic_ = nullptr;
@@ -337,6 +342,11 @@ void Trainer::FitLoop::begin() {
   run_.segment_starts.push_back(static_cast<int64_t>(run_.records.size()));
   run_.records.reserve(static_cast<size_t>(total_));
   if (sink_) sink_->on_begin(total_);
+  // A validation target needs evaluations to be seen: every 2% of the run unless asked.
+  const TrainOptions& o = t_.options_;
+  eval_every_ = o.eval_every;
+  if (eval_every_ == 0 && o.target_metric.rfind("val_", 0) == 0)
+    eval_every_ = std::max<int64_t>(1, total_ / 50);
   t_.model_.train(true);
   if (resumed_) {
     batches_.seek(run_.epoch, run_.batch_in_epoch);
@@ -376,17 +386,21 @@ bool Trainer::FitLoop::continue_at_boundary(int64_t step) {
   bool stopping = stop_ && stop_->load();
   bool due = hook && step > first_ && step < total_ && hook->is_due(step);
   bool diverged = summary_.divergence.has_value();
+  bool reached = target_hit_;
   if (agree_) {
     if (step % kAgreeEvery == 0) {
-      std::vector<double> votes = {stopping ? 1.0 : 0.0, due ? 1.0 : 0.0, diverged ? 1.0 : 0.0};
+      std::vector<double> votes = {stopping ? 1.0 : 0.0, due ? 1.0 : 0.0, diverged ? 1.0 : 0.0,
+                                   target_hit_ ? 1.0 : 0.0};
       t_.sync_->sum_across_ranks(votes);
       stopping = votes[0] > 0;
       due = votes[1] > 0;
       diverged = votes[2] > 0;
+      reached = votes[3] > 0;  // any rank's (a validation target is alike on every rank)
     } else {
-      stopping = due = diverged = false;
+      stopping = due = diverged = reached = false;
     }
   }
+  if (reached && !diverged) return false;  // the target is the run's end
   if (diverged) {
     if (!summary_.divergence) {
       // This rank's own records stayed finite: its defaults for scale and LR, as before.
@@ -544,6 +558,16 @@ void Trainer::FitLoop::watch(const StepRecord& rec) {
     last_finite_step_ = rec.step;
     last_finite_loss_ = rec.loss;
   }
+  if (t_.options_.target_metric == "loss" && !target_hit_) {
+    target_losses_.push_back(rec.loss);
+    if (static_cast<int64_t>(target_losses_.size()) > kTargetLossSteps) target_losses_.pop_front();
+    double sum = 0;
+    for (double l : target_losses_) sum += l;
+    const double mean = sum / static_cast<double>(target_losses_.size());
+    if (static_cast<int64_t>(target_losses_.size()) == kTargetLossSteps &&
+        mean <= t_.options_.target_value)
+      reach_target(rec.step + 1, mean);
+  }
   if (reason.empty() || summary_.divergence) return;
   diverge(rec.step, reason, rec.loss_scale, rec.lr);
 }
@@ -566,7 +590,7 @@ void Trainer::FitLoop::checkpoint(int64_t steps_done) {
 
 void Trainer::FitLoop::evaluate_periodically(int64_t step) {
   const TrainOptions& o = t_.options_;
-  if (!(o.evaluate && o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < total_ &&
+  if (!(o.evaluate && eval_every_ > 0 && (step + 1) % eval_every_ == 0 && step + 1 < total_ &&
         periodic_->size() > 0 && !summary_.divergence))
     return;
   drain();
@@ -575,6 +599,27 @@ void Trainer::FitLoop::evaluate_periodically(int64_t step) {
     sink_->on_eval(step + 1, prefix_ + "accuracy", ev.accuracy);
     sink_->on_eval(step + 1, prefix_ + "loss", ev.loss);
   }
+  if (target_hit_) return;
+  if (o.target_metric == "val_accuracy" && ev.accuracy >= o.target_value)
+    reach_target(step + 1, ev.accuracy);
+  if (o.target_metric == "val_loss" && ev.loss <= o.target_value) reach_target(step + 1, ev.loss);
+}
+
+// The target is reached after `steps_done` steps: what it took, from the records so far.
+void Trainer::FitLoop::reach_target(int64_t steps_done, double seen) {
+  target_hit_ = true;
+  summary_.target_reached = true;
+  summary_.target_steps = steps_done;
+  summary_.target_seen = seen;
+  double ms = 0;
+  int64_t samples = 0;
+  for (const StepRecord& r : run_.records) {
+    if (r.step >= steps_done) break;
+    ms += r.step_ms;
+    samples += r.samples;
+  }
+  summary_.target_samples = samples;
+  summary_.target_train_s = ms / 1000.0;
 }
 
 // After the last step (`step` steps done): the records read, a final checkpoint, the summary
@@ -832,6 +877,12 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
 
 double steady_samples_per_s(const std::vector<StepRecord>& records, int64_t warmup_steps) {
   return steady_throughput(records, warmup_steps, /*window_steps=*/0).mean_samples_per_s;
+}
+
+void check_target_metric(const std::string& metric) {
+  const std::vector<std::string> names = {"val_accuracy", "val_loss", "loss"};
+  SATURATE_CHECK(std::find(names.begin(), names.end(), metric) != names.end(),
+                 "train: --target: unknown metric '", metric, "'", did_you_mean(metric, names));
 }
 
 }  // namespace saturate

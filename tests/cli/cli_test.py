@@ -2139,6 +2139,52 @@ def case_issue17_exec_bad_input(tmp):
                         newer], "protocol version 2 is not supported")
 
 
+# ---- issue 35: time to a target quality ------------------------------------------------------------
+
+def case_issue35_train_stops_at_its_target(tmp):
+    # The pattern data is learnt in a few dozen steps: the run stops at the first evaluation at
+    # or above the target, well before its 400 steps, and says what it took.
+    data = make_idx_dir(tmp, n_train=1024, n_test=128)
+    path = os.path.join(tmp, "s.json")
+    logdir = os.path.join(tmp, "logs")
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "400",
+                         "--batch-size", "32", "--val-fraction", "0.1", "--eval-every", "5",
+                         "--target", "val_accuracy=0.95", "--summary-json", path,
+                         "--logdir", logdir, "-q")
+    if code != 0:
+        fail(f"train --target: exit {code}\n{err}")
+    t = json.load(open(path))["target"]
+    if not t["reached"] or t["steps"] % 5 or t["seen"] < 0.95:
+        fail(f"target: {t}")
+    steps = json.load(open(path))["steps"]
+    if steps >= 400 or steps != t["steps"]:
+        fail(f"the run went on to step {steps} after reaching its target at {t['steps']}")
+    if not (0 < t["train_s"] and t["samples"] == 32 * t["steps"]):
+        fail(f"time and samples to the target: {t}")
+    with open(os.path.join(logdir, "steps.jsonl")) as f:
+        evals = [json.loads(l) for l in f if '"type":"eval"' in l]
+    hits = [e for e in evals if e.get("metric") == "val_accuracy" and e["value"] >= 0.95]
+    if not hits or hits[0]["step"] != t["steps"]:
+        fail(f"the first evaluation at the target is not where it stopped: {hits[:1]} vs {t}")
+    if "reached at step" not in out:
+        fail(f"the table does not say when the target was reached:\n{out}")
+    # A loss target reads the training loss; one that is never reached runs to the end.
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "40",
+                         "--batch-size", "32", "--target", "loss=-1", "--summary-json",
+                         path, "-q")
+    t = json.load(open(path))["target"]
+    if code != 0 or t["reached"] or json.load(open(path))["steps"] != 40:
+        fail(f"an unreached loss target: exit {code}, {t}\n{err}")
+    expect_usage_error(["train", "--data", "idx:" + data, "--target", "val_acuracy=0.9"],
+                       "did you mean 'val_accuracy'")
+    expect_usage_error(["train", "--data", "idx:" + data, "--val-fraction", "0.1", "--no-eval",
+                        "--target", "val_accuracy=0.9"], "--no-eval")
+    expect_usage_error(["train", "--data", "idx:" + data, "--target", "val_loss=0.3"],
+                       "--val-fraction")
+    expect_usage_error(["train", "--data", "idx:" + data, "--target", "loss=low"],
+                       "is not a number")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()

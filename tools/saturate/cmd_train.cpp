@@ -10,6 +10,7 @@
 #include "exec_commands.h"
 #include "recipe.h"
 #include "train_checkpoints.h"
+#include "train_target.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
 #include "saturate/data/loader.h"
@@ -33,6 +34,7 @@ struct TrainFlags {
   double sample_interval_ms = 1000;
   bool quiet = false;
   bool no_eval = false;
+  std::string target;
 };
 
 void add_train_flags(CLI::App& app, TrainFlags& f) {
@@ -46,6 +48,7 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "with --logdir: device sampling interval in ms (CPU, RSS; GPUs through NVML)")
       ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "skip the evaluation of the validation and test splits");
+  add_target_flag(app, f.target);
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
 }
 
@@ -141,6 +144,7 @@ int run_train(const std::vector<std::string>& args) {
     return run_as_ranks(ranks, "train", args);
   if (read) apply_train_plan(*read, app, rf);
   rf.train.evaluate = !f.no_eval;
+  apply_target(f.target, rf.val_fraction, rf.train);
   rf.train.max_skipped_steps = f.checkpoints.max_skipped_steps;
   const Recipe recipe = resolve_recipe(rf, "train");
   const TrainOptions& opts = recipe.train;

@@ -49,6 +49,12 @@ struct TrainOptions {
   /// Evaluate the validation split (the test split when there is none) every this many
   /// optimizer steps as well as at the end; 0: only at the end. Needs `evaluate`.
   int64_t eval_every = 0;
+  /// Stop once this quality is reached (empty: train to the end): "val_accuracy" (at or above)
+  /// or "val_loss" (at or below) on the periodic evaluation — the validation split, which then
+  /// must exist — or "loss", the training loss over the last kTargetLossSteps steps (at or
+  /// below). A validation target with eval_every 0 evaluates every 2% of the run.
+  std::string target_metric;
+  double target_value = 0;
   /// Resolved precision (resolve_precision() turns kAuto into one of the others first).
   Precision precision = Precision::kFp32;
   /// Micro-batches per optimizer step: each step still consumes batch_size samples, in

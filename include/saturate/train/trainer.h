@@ -70,7 +70,21 @@ struct TrainSummary {
   int64_t resumed_from_step = -1; ///< the checkpoint's step when restore() preceded fit()
   std::optional<Divergence> divergence;  ///< set when the run stopped as diverged
   std::string last_checkpoint;    ///< the folder of the last checkpoint written (empty: none)
+  /// TrainOptions::target_metric: whether it was reached, after how many steps and samples, in
+  /// how much training time (the steps' summed time, evaluation left out), and the value seen.
+  bool target_reached = false;
+  int64_t target_steps = -1;
+  int64_t target_samples = -1;
+  double target_train_s = -1;
+  double target_seen = std::numeric_limits<double>::quiet_NaN();
 };
+
+/// Training steps whose mean loss a "loss" target compares.
+inline constexpr int64_t kTargetLossSteps = 20;
+
+/// Throws saturate::Error naming the problem for a target metric that is not one of
+/// val_accuracy, val_loss and loss.
+void check_target_metric(const std::string& metric);
 
 class Trainer {
  public:
