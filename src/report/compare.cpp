@@ -82,6 +82,11 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
     m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
                         text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
                         ", ", text_or(j, "precision", where));
+    if (j.contains("target") && j["target"].is_object()) {
+      const json& t = j["target"];
+      m.target = concat(text_or(t, "metric", where), "=", text_or(t, "value", where));
+      if (t.value("reached", false)) m.time_to_target_s = number_or(t, "train_s", -1, where);
+    }
   } else if (j.contains("phases_ms") && j.contains("samples_per_s")) {
     m.kind = "profile";
     m.samples_per_s = number_or(j, "samples_per_s", -1, where);
@@ -221,6 +226,27 @@ MetricComparison compare_within(const char* name, double a, double b, double cha
   return m;
 }
 
+// Time to the same target: what the runs are for. Lower is better, judged like throughput's
+// smallest change; a target one run reached and the other did not is said.
+void add_time_to_target(const RunMetrics& a, const RunMetrics& b, const CompareOptions& o,
+                        Comparison& c) {
+  if (a.target.empty() || b.target.empty()) return;
+  if (a.target != b.target) {
+    c.notes.push_back(concat("different targets: ", a.target, " vs ", b.target));
+    return;
+  }
+  if (a.time_to_target_s > 0 && b.time_to_target_s > 0) {
+    c.metrics.push_back(compare_within(
+        "time_to_target_s", a.time_to_target_s, b.time_to_target_s,
+        pct_change(a.time_to_target_s, b.time_to_target_s), o.min_change_pct,
+        /*lower_is_better=*/true,
+        concat(a.target, ", tolerance ", format_fixed(o.min_change_pct, 1), "%")));
+  } else if (a.time_to_target_s > 0 || b.time_to_target_s > 0) {
+    c.notes.push_back(concat("only ", a.time_to_target_s > 0 ? a.path : b.path, " reached ",
+                             a.target));
+  }
+}
+
 }  // namespace
 
 Comparison compare_runs(const RunMetrics& a, const RunMetrics& b, const CompareOptions& o) {
@@ -260,6 +286,7 @@ Comparison compare_runs(const RunMetrics& a, const RunMetrics& b, const CompareO
                                        concat("tolerance ", format_fixed(kLossTolerancePct, 0),
                                               "%")));
   }
+  add_time_to_target(a, b, o, c);
   return c;
 }
 

@@ -2168,6 +2168,14 @@ def case_issue35_train_stops_at_its_target(tmp):
         fail(f"the first evaluation at the target is not where it stopped: {hits[:1]} vs {t}")
     if "reached at step" not in out:
         fail(f"the table does not say when the target was reached:\n{out}")
+    # compare puts two runs' times to the same target side by side.
+    path2 = os.path.join(tmp, "s2.json")
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "400",
+                         "--batch-size", "64", "--val-fraction", "0.1", "--eval-every", "5",
+                         "--target", "val_accuracy=0.95", "--summary-json", path2, "-q")
+    code, out, err = run("compare", path, path2)
+    if "time_to_target_s" not in out:
+        fail(f"compare does not show the time to the target:\n{out}\n{err}")
     # A loss target reads the training loss; one that is never reached runs to the end.
     code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "40",
                          "--batch-size", "32", "--target", "loss=-1", "--summary-json",

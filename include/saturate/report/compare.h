@@ -34,6 +34,10 @@ struct RunMetrics {
   int64_t peak_memory_bytes = -1;
   double final_loss = -1;
   double test_accuracy = -1;
+  /// A train run with --target: "val_accuracy=0.89", and its summed step time to reach it
+  /// (-1: not reached or no target).
+  std::string target;
+  double time_to_target_s = -1;
 };
 
 /// Reads a profile, plan or train-summary JSON object. Throws saturate::Error "compare: PATH:
