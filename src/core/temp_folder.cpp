@@ -29,7 +29,7 @@ TempFolder::TempFolder(const std::string& prefix, const char* component) {
 namespace {
 
 // Removes `path` and what is in it, depth first, without following links; bounded by depth.
-void remove_tree(const std::string& path, int depth) {
+void remove_tree_at(const std::string& path, int depth) {
   if (DIR* d = opendir(path.c_str())) {
     while (const dirent* e = readdir(d)) {
       const std::string name = e->d_name;
@@ -37,7 +37,7 @@ void remove_tree(const std::string& path, int depth) {
       const std::string child = path + "/" + name;
       struct stat st {};
       if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && depth < 16)
-        remove_tree(child, depth + 1);
+        remove_tree_at(child, depth + 1);
       else
         unlink(child.c_str());
     }
@@ -48,6 +48,8 @@ void remove_tree(const std::string& path, int depth) {
 
 }  // namespace
 
-TempFolder::~TempFolder() { remove_tree(path_, 0); }
+void remove_tree(const std::string& path) { remove_tree_at(path, 0); }
+
+TempFolder::~TempFolder() { remove_tree(path_); }
 
 }  // namespace saturate

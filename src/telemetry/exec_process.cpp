@@ -148,10 +148,20 @@ MemoryCgroup make_memory_cgroup(int64_t limit_bytes) {
   return c;
 }
 
-// An output pipe of the child (read end, non-blocking), copied to its log file.
+// An output pipe of the child (read end, non-blocking), copied to its log file up to
+// kLogLimit bytes (a chatty program must not fill the disk).
+constexpr int64_t kLogLimit = int64_t{64} << 20;
 struct Pipe {
   int fd = -1;
   std::ofstream log;
+  int64_t logged = 0;
+  void write(const char* data, ssize_t n) {
+    if (logged >= kLogLimit) return;
+    const int64_t take = std::min<int64_t>(n, kLogLimit - logged);
+    log.write(data, take);
+    logged += take;
+    if (logged >= kLogLimit) log << "\n[saturate: log truncated at 64 MiB]\n";
+  }
 };
 
 }  // namespace
@@ -316,7 +326,7 @@ bool ExecSession::pump(int timeout_ms) {
         break;
       }
       const std::string_view bytes(buf, static_cast<size_t>(n));
-      p->log.write(buf, n);
+      p->write(buf, n);
       if (p == &out_ && l_.metrics_path.empty()) reader_.feed(bytes);
       if (p == &err_) {
         stderr_tail_.append(bytes);

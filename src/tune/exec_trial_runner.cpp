@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "saturate/core/error.h"
+#include "saturate/core/temp_folder.h"
 #include "saturate/core/units.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/telemetry/throughput.h"
@@ -156,6 +157,9 @@ ExecRun ExecTrialRunner::launch(const ExecSettings& settings, const std::string&
     run.memory_limit_how = "CUDA allocator capped per process (SATURATE_DEVICE_MEMORY_LIMIT_BYTES: "
                            "saturate_client calls torch.cuda.set_per_process_memory_fraction)";
   if (o_.on_run) o_.on_run(purpose, settings, run);
+  if (!o_.keep_runs) remove_tree(dir);
+  const std::string output = o_.keep_runs ? "its output: " + run.stderr_path
+                                          : "--runs-dir DIR keeps its output";
   if (run.steps.size() >= 2 && run.outcome.status == ExecStatus::kOk) {
     const double steps_s = run.steps.back().t - run.steps.front().t;
     overhead_s_ += std::max(0.0, run.wall_s - steps_s);
@@ -171,12 +175,11 @@ ExecRun ExecTrialRunner::launch(const ExecSettings& settings, const std::string&
                  run.stopped == ExecStopReason::kNone ? "the program exited without reporting a step"
                                                       : run.outcome.reason,
                  "; it must write the exec protocol's lines (saturate_client, or the zero-change "
-                 "hook for a Python script that steps a torch optimizer): see ",
-                 run.stdout_path);
+                 "hook for a Python script that steps a torch optimizer); ", output);
   SATURATE_CHECK_RUN(run.outcome.status != ExecStatus::kError ||
                          run.stopped == ExecStopReason::kInterrupted,
-                     kComponent, ": ", which, " failed: ", run.outcome.reason, " (its output: ",
-                     run.stderr_path, ")");
+                     kComponent, ": ", which, " failed: ", run.outcome.reason, " (", output,
+                     ")");
   return run;
 }
 

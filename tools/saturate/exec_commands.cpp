@@ -156,6 +156,7 @@ ExecRunnerOptions runner_options(const CLI::App& app, const ExecFlags& f, ExecCo
   ExecRunnerOptions o;
   o.command = std::move(command);
   o.work_dir = work_dir;
+  o.keep_runs = !f.runs_dir.empty();
   o.startup_limit_s = f.startup_timeout;
   o.no_progress_s = f.step_timeout;
   o.wall_limit_s = f.run_timeout;

@@ -10,6 +10,10 @@
 
 namespace saturate {
 
+/// Removes `path` and everything in it, subfolders included, without following links (best
+/// effort; at most 16 levels deep).
+void remove_tree(const std::string& path);
+
 class TempFolder {
  public:
   /// Makes TMPDIR/PREFIX-XXXXXX; throws saturate::Error starting with `component` when it

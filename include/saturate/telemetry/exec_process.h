@@ -28,7 +28,8 @@ struct ExecLaunch {
   std::vector<std::string> argv;  ///< argv[0]: a path, or a name looked up in PATH
   /// Variables added to (or replacing those of) saturate's own environment.
   std::vector<std::pair<std::string, std::string>> env;
-  std::string run_dir;       ///< an existing folder: stdout.log and stderr.log are written there
+  /// An existing folder: stdout.log and stderr.log are written there (each up to 64 MiB).
+  std::string run_dir;
   std::string metrics_path;  ///< where the program appends its lines; empty: prefixed stdout
   bool all_ranks = false;    ///< SATURATE_ALL_RANKS=1 was passed
   /// Bytes the process group may hold resident (0: no limit). Enforced by a cgroup v2

@@ -51,6 +51,9 @@ ExecQuality exec_quality(const ExecRun& run);
 struct ExecRunnerOptions {
   ExecCommand command;
   std::string work_dir;            ///< each run gets work_dir/run-N as its SATURATE_RUN_DIR
+  /// Keep each run's folder (logs, metrics) after it; false: removed once read, so a long
+  /// tune's disk use stays bounded.
+  bool keep_runs = false;
   /// Enforced on each run's process group (cgroup v2 or the RSS watchdog); 0: not enforced,
   /// and the tuner plans for this host's memory.
   int64_t memory_limit_bytes = 0;
