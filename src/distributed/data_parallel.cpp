@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
@@ -35,15 +37,31 @@ struct CommClock {
   std::atomic<int64_t> last_done_ns{0};
 };
 
+// The squared norms of this rank's buckets before averaging (the noise scale's small batch),
+// kept on the device; the hooks run on autograd's threads.
+struct LocalNorms {
+  std::atomic<bool> on{false};
+  std::mutex mutex;
+  std::vector<at::Tensor> sqr;
+};
+
 // DDP's all-reduce hook (average: divide, then sum), timed.
 class TimedAllReduce final : public c10d::CommHookInterface {
  public:
-  TimedAllReduce(c10::intrusive_ptr<c10d::ProcessGroup> group, std::shared_ptr<CommClock> clock)
-      : group_(std::move(group)), clock_(std::move(clock)) {}
+  TimedAllReduce(c10::intrusive_ptr<c10d::ProcessGroup> group, std::shared_ptr<CommClock> clock,
+                 std::shared_ptr<LocalNorms> norms)
+      : group_(std::move(group)), clock_(std::move(clock)), norms_(std::move(norms)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     clock_->last_launch_ns.store(now_ns());
     std::vector<at::Tensor> tensors = {bucket.getBufferRef()};
+    if (norms_->on.load()) {
+      at::Tensor sqr = at::linalg_vector_norm(tensors[0], 2, at::OptionalIntArrayRef{}, false, at::kFloat)
+                           .to(at::kDouble)
+                           .square();
+      std::lock_guard<std::mutex> lock(norms_->mutex);
+      norms_->sqr.push_back(std::move(sqr));
+    }
     tensors[0].div_(group_->getSize());  // before the sum: no overflow in half precision
     auto done = group_->allreduce(tensors)->getFuture();
     std::shared_ptr<CommClock> clock = clock_;
@@ -65,6 +83,7 @@ class TimedAllReduce final : public c10d::CommHookInterface {
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::shared_ptr<CommClock> clock_;
+  std::shared_ptr<LocalNorms> norms_;
 };
 
 class ReducerSync final : public GradientSync {
@@ -100,7 +119,7 @@ class ReducerSync final : public GradientSync {
         std::unordered_map<size_t, std::string>{}, o_.first_bucket_bytes,
         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
         std::vector<int64_t>{});
-    reducer_->register_comm_hook(std::make_unique<TimedAllReduce>(g.group, clock_));
+    reducer_->register_comm_hook(std::make_unique<TimedAllReduce>(g.group, clock_, norms_));
   }
 
   void before_forward(bool sync) override {
@@ -143,12 +162,30 @@ class ReducerSync final : public GradientSync {
     return launch > 0 && done > launch ? static_cast<double>(done - launch) / 1e6 : 0.0;
   }
 
+  void measure_local_grad_sqr(bool on) override { norms_->on.store(on); }
+
+  at::Tensor take_local_grad_sqr() override {
+    if (!norms_->on.load() || !reducer_) return at::Tensor();
+    std::lock_guard<std::mutex> lock(norms_->mutex);
+    // Called by every rank once per synchronised backward, whatever its buckets did: the
+    // collective below must match on all of them.
+    std::vector<at::Tensor> total = {norms_->sqr.empty()
+                                         ? at::zeros({}, params_.front().options().dtype(at::kDouble))
+                                         : at::stack(norms_->sqr).sum()};
+    norms_->sqr.clear();
+    // The mean over the ranks (each one's own gradient is a small batch): one more all-reduce of
+    // one number per step, and a variance lower by the world size.
+    group_.impl().group->allreduce(total)->wait();
+    return total[0] / group_.world_size();
+  }
+
  private:
   DistGroup& group_;
   DataParallelOptions o_;
   std::vector<at::Tensor> params_, buffers_;
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<CommClock> clock_ = std::make_shared<CommClock>();
+  std::shared_ptr<LocalNorms> norms_ = std::make_shared<LocalNorms>();
 };
 
 }  // namespace

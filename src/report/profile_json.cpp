@@ -5,6 +5,7 @@
 #include "report/profile_phases.h"
 #include "saturate/report/context.h"
 #include "saturate/report/profile_report.h"
+#include "saturate/report/train_report.h"
 
 namespace saturate {
 namespace {
@@ -74,6 +75,8 @@ json profile_to_json(const Profile& p, const std::vector<Finding>& findings) {
   j["step_ms"] = p.phases.step_ms;
   for (const auto& ph : detail::named_phases(p.phases)) j["phases_ms"][ph.name] = ph.ms;
   j["peak_memory_bytes"] = p.peak_memory_bytes;
+  j["gns"] = noise_scale_to_json(p.noise);
+  if (p.noise_precond.steps > 0) j["gns"]["preconditioned"] = noise_scale_to_json(p.noise_precond);
   j["train_flops_per_sample"] = p.train_flops_per_sample;
   j["achieved_flops_per_s"] = p.achieved_flops_per_s;
   j["mfu_pct"] = std::isnan(p.mfu_pct) ? json() : json(p.mfu_pct);

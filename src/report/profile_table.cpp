@@ -9,6 +9,7 @@
 #include "saturate/core/units.h"
 #include "saturate/report/findings_table.h"
 #include "saturate/report/profile_report.h"
+#include "saturate/report/train_report.h"
 
 namespace saturate {
 namespace {
@@ -123,6 +124,12 @@ void write_profile_table(std::ostream& out, const Profile& p,
   if (p.train_flops_per_sample > 0) write_compute(out, p);
   if (p.peak_memory_bytes > 0) out << "  peak memory   " << format_bytes(p.peak_memory_bytes) << "\n";
   if (p.page_faults_per_step >= 0) write_page_faults(out, p);
+  if (p.noise.steps > 0) {
+    out << "  noise scale   " << describe_noise_scale(p.noise) << "\n";
+    if (p.noise_precond.steps > 0)
+      out << "  noise (Adam)  " << describe_noise_scale(p.noise_precond)
+          << ", preconditioned as AdamW steps\n";
+  }
   for (const std::string& line : p.details) out << "  " << line << "\n";
   write_device_samples(out, p);
   print_findings(out, findings);

@@ -78,9 +78,33 @@ void add_results(const TrainReport& r, json& j) {
                    {"samples", s.target_reached ? json(s.target_samples) : json(nullptr)},
                    {"train_s", s.target_reached ? json(s.target_train_s) : json(nullptr)},
                    {"seen", nan_to_null(s.target_seen)}};
+  j["gns"] = noise_scale_to_json(s.noise);
+  if (s.noise_precond.steps > 0) j["gns"]["preconditioned"] = noise_scale_to_json(s.noise_precond);
 }
 
 }  // namespace
+
+json noise_scale_to_json(const NoiseScaleEstimate& e) {
+  if (e.steps == 0) return nullptr;
+  auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  return {{"phi", number(e.phi)},
+          {"low", number(e.low)},
+          {"high", number(e.high)},
+          {"resolved", e.is_resolved()},
+          {"steps", e.steps},
+          {"b_small", e.b_small},
+          {"b_big", e.b_big}};
+}
+
+std::string describe_noise_scale(const NoiseScaleEstimate& e) {
+  if (e.steps == 0) return "not measured";
+  auto value = [](double v) { return std::isfinite(v) ? format_fixed(v, v < 10 ? 1 : 0) : "∞"; };
+  std::string out = std::isfinite(e.phi) ? value(e.phi) : "not resolved (|G|² not above zero)";
+  if (std::isfinite(e.phi) || std::isfinite(e.low))
+    out += " (95%: " + value(e.low) + "–" + value(e.high) + ")";
+  return out + ", " + std::to_string(e.steps) + " steps of " + format_fixed(e.b_small, 0) +
+         " vs " + format_fixed(e.b_big, 0) + " samples";
+}
 
 json divergence_to_json(const std::optional<Divergence>& d) {
   if (!d) return nullptr;
@@ -164,6 +188,11 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
   if (!std::isnan(s.test_accuracy)) {
     row("test accuracy", format_fixed(100.0 * s.test_accuracy, 2) + " %");
     row("test loss", format_fixed(s.test_loss, 4));
+  }
+  if (s.noise.steps > 0) {
+    row("noise scale", describe_noise_scale(s.noise));
+    if (s.noise_precond.steps > 0)
+      row("noise (Adam)", describe_noise_scale(s.noise_precond) + ", preconditioned as AdamW steps");
   }
   if (!o.target_metric.empty()) {
     const std::string goal = o.target_metric + (o.target_metric == "val_accuracy" ? " ≥ " : " ≤ ") +

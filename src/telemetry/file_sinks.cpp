@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -58,6 +59,21 @@ std::string JsonlSink::step_line(const StepRecord& r) {
   j["skipped"] = r.is_skipped;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["page_faults"] = r.page_faults;
+  if (r.gns_b_big > 0) {
+    // The gradient noise scale: φ smoothed so far (null while |G|² is not above zero), and
+    // this step's own estimates of |G|² and tr(Σ), from norms at b_small and b_big samples.
+    auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+    j["gns"] = finite(r.gns);
+    j["gns_grad_sqr"] = finite(r.noise_grad_sqr);
+    j["gns_trace"] = finite(r.noise_trace);
+    j["gns_b_small"] = r.gns_b_small;
+    j["gns_b_big"] = r.gns_b_big;
+    if (!std::isnan(r.gns_precond)) {
+      j["gns_precond"] = finite(r.gns_precond);
+      j["gns_grad_sqr_precond"] = finite(r.noise_grad_sqr_precond);
+      j["gns_trace_precond"] = finite(r.noise_trace_precond);
+    }
+  }
   return j.dump();
 }
 

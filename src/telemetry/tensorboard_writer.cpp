@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 
@@ -138,6 +139,9 @@ void TensorBoardSink::on_step(const StepRecord& r) {
   writer_.add_scalar("train/loss", r.loss, r.step, t);
   writer_.add_scalar("train/lr", r.lr, r.step, t);
   if (r.grad_norm >= 0) writer_.add_scalar("train/grad_norm", r.grad_norm, r.step, t);
+  if (std::isfinite(r.gns)) writer_.add_scalar("train/gns", r.gns, r.step, t);
+  if (std::isfinite(r.gns_precond))
+    writer_.add_scalar("train/gns_precond", r.gns_precond, r.step, t);
   writer_.add_scalar("train/step_ms", r.step_ms, r.step, t);
   if (r.step_ms > 0)
     writer_.add_scalar("train/samples_per_s", r.samples / (r.step_ms / 1000.0), r.step, t);

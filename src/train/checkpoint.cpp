@@ -84,8 +84,9 @@ std::string read_bytes(const std::string& path) {
 }
 
 // StepRecord <-> one row of a float64 [N, kRecordFields] tensor (integers are exact in a
-// double up to 2^53).
-constexpr int64_t kRecordFields = 19;
+// double up to 2^53). Checkpoints written before the noise-scale fields have the first 19.
+constexpr int64_t kRecordFields = 27;
+constexpr int64_t kRecordFieldsBeforeNoise = 19;
 
 at::Tensor records_to_tensor(const std::vector<StepRecord>& records) {
   at::Tensor t = torch::zeros({static_cast<int64_t>(records.size()), kRecordFields}, torch::kFloat64);
@@ -96,7 +97,9 @@ at::Tensor records_to_tensor(const std::vector<StepRecord>& records) {
         r.start_ms, r.data_wait_ms, r.host_to_device_ms, r.forward_ms, r.backward_ms,
         r.optimizer_ms, r.communication_ms, r.other_ms, r.step_ms, r.loss, r.loss_scale, r.lr,
         r.is_skipped ? 1.0 : 0.0, r.grad_norm, static_cast<double>(r.peak_memory_bytes),
-        static_cast<double>(r.page_faults)};
+        static_cast<double>(r.page_faults), r.noise_grad_sqr, r.noise_trace, r.gns,
+        r.noise_grad_sqr_precond, r.noise_trace_precond, r.gns_precond, r.gns_b_small,
+        r.gns_b_big};
     std::copy(row, row + kRecordFields, d);
     d += kRecordFields;
   }
@@ -104,7 +107,9 @@ at::Tensor records_to_tensor(const std::vector<StepRecord>& records) {
 }
 
 std::vector<StepRecord> records_from_tensor(const at::Tensor& t, const std::string& where) {
-  SATURATE_CHECK(t.dim() == 2 && t.size(1) == kRecordFields && t.scalar_type() == at::kDouble,
+  const int64_t fields = t.dim() == 2 ? t.size(1) : 0;
+  SATURATE_CHECK((fields == kRecordFields || fields == kRecordFieldsBeforeNoise) &&
+                     t.scalar_type() == at::kDouble,
                  "checkpoint: ", where, ": step records have shape ", t.sizes(), ", expected [N, ",
                  kRecordFields, "]");
   const at::Tensor c = t.contiguous();
@@ -130,7 +135,17 @@ std::vector<StepRecord> records_from_tensor(const at::Tensor& t, const std::stri
     r.grad_norm = d[16];
     r.peak_memory_bytes = static_cast<int64_t>(d[17]);
     r.page_faults = static_cast<int64_t>(d[18]);
-    d += kRecordFields;
+    if (fields == kRecordFields) {
+      r.noise_grad_sqr = d[19];
+      r.noise_trace = d[20];
+      r.gns = d[21];
+      r.noise_grad_sqr_precond = d[22];
+      r.noise_trace_precond = d[23];
+      r.gns_precond = d[24];
+      r.gns_b_small = d[25];
+      r.gns_b_big = d[26];
+    }
+    d += fields;
   }
   return out;
 }

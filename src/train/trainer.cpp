@@ -111,7 +111,11 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
     SATURATE_CHECK(model_.set_recompute_segments(options_.recompute_segments), "train: ",
                    model_.name(), " does not support activation recomputation; drop --recompute-segments");
   }
-  if (sync_) sync_->attach(model_);
+  if (sync_) {
+    sync_->attach(model_);
+    // Without accumulation, this rank's own gradient is the noise scale's small batch.
+    sync_->measure_local_grad_sqr(options_.noise_scale && options_.accumulate == 1);
+  }
   // Built after the move: the optimizer holds the parameters' device tensors.
   state_->params = model_.parameters();
   state_->optimizer = make_optimizer(options_, state_->params);
@@ -154,6 +158,49 @@ at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_
   return total;
 }
 
+// Σ|g ⊙ w|² over the parameters' gradients (w: `weights`, aligned with `params`, or none), a 0-d
+// double tensor on their device; undefined when no parameter has a gradient.
+at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params,
+                               const std::vector<at::Tensor>& weights) {
+  std::vector<at::Tensor> grads, w;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].grad().defined()) continue;
+    grads.push_back(params[i].grad());
+    if (!weights.empty()) w.push_back(weights[i]);
+  }
+  if (grads.empty()) return at::Tensor();
+  const std::vector<at::Tensor> norms =
+      w.empty() ? at::_foreach_norm(grads, 2) : at::_foreach_norm(at::_foreach_mul(grads, w), 2);
+  return at::stack(norms).to(at::kDouble).square().sum();
+}
+
+// Adam's preconditioner of each parameter, 1/(sqrt(v / (1 - beta2^t)) + eps), from the
+// optimizer's second moments: the preconditioned noise scale measures the gradients the update
+// actually follows. Empty for SGD, and before AdamW's 5th step (the moments are still young: the
+// identity then, as AdaptDL does).
+std::vector<at::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
+                                            const std::vector<at::Tensor>& params) {
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer) == nullptr) return {};
+  const auto& o =
+      static_cast<const torch::optim::AdamWOptions&>(optimizer.param_groups().front().options());
+  const double beta2 = std::get<1>(o.betas());
+  std::vector<at::Tensor> second;
+  int64_t step = 0;
+  for (const at::Tensor& p : params) {
+    auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+    if (it == optimizer.state().end()) return {};
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    second.push_back(s.exp_avg_sq());
+    step = s.step();
+  }
+  if (step < 5) return {};
+  std::vector<at::Tensor> w = at::_foreach_div(second, 1.0 - std::pow(beta2, step));
+  at::_foreach_sqrt_(w);
+  at::_foreach_add_(w, o.eps());
+  at::_foreach_reciprocal_(w);
+  return w;
+}
+
 }  // namespace
 
 void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
@@ -166,6 +213,8 @@ void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
     at::Tensor zero = torch::zeros({}, state_->params.front().options());
     for (const at::Tensor& p : state_->params) zero = zero + p.sum() * 0;
     zero.backward();
+    // The collective the other ranks make after their backward (noise-scale norms).
+    if (options_.noise_scale) (void)sync_->take_local_grad_sqr();
   }
 }
 
@@ -176,6 +225,10 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   auto& scaler = *state_->scaler;
   const int64_t batch = x.size(0);
   const int64_t micro = (batch + options_.accumulate - 1) / options_.accumulate;
+  const int world = sync_ ? sync_->world_size() : 1;
+  NoiseProbe noise;
+  noise.on = options_.noise_scale && (micro < batch || world > 1);
+  if (noise.on) noise.precond = adam_preconditioner(optimizer, state_->params);
   optimizer.zero_grad(/*set_to_none=*/true);
   at::Tensor loss_sum = torch::zeros({}, x.options().dtype(at::kFloat));
   for (int64_t begin = 0; begin < batch; begin += micro) {
@@ -200,24 +253,66 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
     scaler.scale(loss).backward();
     // Host-timed: on a CPU device the wait is part of the backward just marked.
     if (sync_ && last && !device_.is_cuda()) r.communication_ms += sync_->take_wait_ms();
+    if (noise.on && begin == 0 && !last) measure_first_micro_batch(noise, batch, end);
     loss_sum += loss.detach();
     if (timer) timer->mark(Phase::kBackward);
   }
   // The gradients' global norm (unscaled first under fp16), kept on the device until the
   // record is read; clipping scales them down to --clip-grad-norm.
   if (scaler.is_enabled()) scaler.unscale(state_->params);
+  if (noise.on) measure_whole_step(noise, batch, micro, world);
   last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm);
+  double scale_used = 1.0;
   if (scaler.is_enabled()) {
     // The scaler reads its found-inf flag on the host: loss scaling waits for the device here,
     // as torch.amp does.
     r.is_skipped = !scaler.step(optimizer, state_->params);
+    scale_used = scaler.get_scale();
     scaler.update();
     r.loss_scale = scaler.get_scale();
   } else {
     optimizer.step();
   }
+  last_noise_ = finish_noise_probe(noise, last_grad_norm_, scale_used);
   if (timer) timer->mark(Phase::kOptimizer);
   return loss_sum;
+}
+
+// The first micro-batch's mean gradient is the accumulated one times batch / its size.
+void Trainer::measure_first_micro_batch(NoiseProbe& noise, int64_t batch, int64_t end) {
+  const double f = static_cast<double>(batch) / static_cast<double>(end);
+  noise.small = grad_sum_of_squares(state_->params, {}) * (f * f);
+  if (!noise.precond.empty())
+    noise.small_precond = grad_sum_of_squares(state_->params, noise.precond) * (f * f);
+  noise.b_small = static_cast<double>(end);
+}
+
+// After unscaling and before clipping: the whole step's (all ranks') gradient, and under data
+// parallel without accumulation, this rank's own one as the small batch.
+void Trainer::measure_whole_step(NoiseProbe& noise, int64_t batch, int64_t micro, int world) {
+  at::Tensor local = sync_ ? sync_->take_local_grad_sqr() : at::Tensor();
+  noise.b_big = static_cast<double>(batch) * world;
+  if (!noise.small.defined() && world > 1 && micro == batch && local.defined()) {
+    noise.small = local;
+    noise.b_small = static_cast<double>(batch);
+  }
+  if (!noise.precond.empty() && noise.small_precond.defined())
+    noise.big_precond = grad_sum_of_squares(state_->params, noise.precond);
+}
+
+at::Tensor Trainer::finish_noise_probe(const NoiseProbe& noise, const at::Tensor& grad_norm,
+                                       double scale_used) {
+  last_noise_b_small_ = noise.b_small;
+  last_noise_b_big_ = noise.b_big;
+  if (!noise.on || !noise.small.defined() || !grad_norm.defined()) return at::Tensor();
+  // The small batch's norms were taken on scaled gradients (fp16; 1 otherwise).
+  const double unscale = 1.0 / (scale_used * scale_used);
+  std::vector<at::Tensor> parts = {noise.small * unscale, grad_norm.to(at::kDouble).square()};
+  if (noise.big_precond.defined()) {
+    parts.push_back(noise.small_precond * unscale);
+    parts.push_back(noise.big_precond);
+  }
+  return at::stack(parts);
 }
 
 TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
@@ -253,6 +348,8 @@ class Trainer::FitLoop {
     at::Tensor grad_norm;  // undefined when no gradient was made
     int64_t ticket;
     double comm_ms;  // the part of the backward phase that waited for communication
+    at::Tensor noise;  // Trainer::last_noise_ of the step
+    double b_small, b_big;
   };
   static constexpr size_t kMaxInFlight = 3;
   // Under data parallel the ranks agree this often on stopping, checkpoints and divergence.
@@ -270,6 +367,8 @@ class Trainer::FitLoop {
     while (!in_flight_.empty()) complete_front();
   }
   void watch(const StepRecord& rec);
+  void read_noise(InFlight& f);
+  void add_noise(const StepRecord& rec);
   void diverge(int64_t step, const std::string& reason, double loss_scale, double lr);
   void checkpoint(int64_t steps_done);
   void evaluate_periodically(int64_t step);
@@ -297,6 +396,9 @@ class Trainer::FitLoop {
   std::deque<double> recent_norms_;
   int64_t skipped_in_a_row_ = 0;
   bool scaling_ = false;
+  // The gradient noise scale: raw, and with Adam's preconditioner.
+  NoiseScale noise_, noise_precond_;
+  bool adam_ = false;
   // --target: the periodic evaluation's interval and the training losses a "loss" target reads.
   int64_t eval_every_ = 0;
   std::deque<double> target_losses_;
@@ -330,6 +432,7 @@ Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetS
   SATURATE_CHECK(first_ <= total_, "train: the checkpoint is at step ", first_,
                  ", past this run's ", total_, " steps");
   scaling_ = st_.scaler->is_enabled();
+  adam_ = t_.options_.optimizer == OptimizerKind::kAdamW;
   has_val_ = data.validation.size() > 0;
   periodic_ = has_val_ ? &data.validation : &data.test;
   prefix_ = has_val_ ? "val_" : "test_";
@@ -354,6 +457,7 @@ void Trainer::FitLoop::begin() {
     batches_.start_epoch(0);
   }
   if (resumed_) summary_.resumed_from_step = first_;
+  for (const StepRecord& r : run_.records) add_noise(r);  // a resumed run's estimate goes on
   for (auto it = run_.records.rbegin(); it != run_.records.rend(); ++it) {
     if (std::isfinite(it->loss)) {
       last_finite_step_ = it->step;
@@ -461,7 +565,8 @@ void Trainer::FitLoop::take_step(int64_t step) {
   if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
   // Allocations happen at enqueue time, so the peak is known now even on CUDA.
   if (t_.memory_) r.peak_memory_bytes = t_.memory_->snapshot().peak_memory_bytes;
-  in_flight_.push_back(InFlight{r, std::move(loss), t_.last_grad_norm_, ticket, r.communication_ms});
+  in_flight_.push_back(InFlight{r, std::move(loss), t_.last_grad_norm_, ticket, r.communication_ms,
+                                t_.last_noise_, t_.last_noise_b_small_, t_.last_noise_b_big_});
   run_.step = step + 1;
   while (!in_flight_.empty() &&
          (in_flight_.size() > kMaxInFlight || timer_.ready(in_flight_.front().ticket))) {
@@ -513,11 +618,46 @@ void Trainer::FitLoop::complete_front() {
   f.record.communication_ms += comm;
   f.record.loss = f.loss.item<double>();
   if (f.grad_norm.defined()) f.record.grad_norm = f.grad_norm.item<double>();
+  if (f.noise.defined()) read_noise(f);
   std::vector<StepRecord>& records = run_.records;
   records.push_back(f.record);
   in_flight_.pop_front();
   if (sink_) sink_->on_step(records.back());
   watch(records.back());
+}
+
+// The step's noise-scale norms: its unbiased |G|² and tr(Σ), and φ smoothed so far. AdamW
+// before its 5th step has no preconditioner yet: the raw values stand for the preconditioned.
+void Trainer::FitLoop::read_noise(InFlight& f) {
+  const at::Tensor host = f.noise.to(at::kCPU);
+  const double* v = host.data_ptr<double>();
+  StepRecord& r = f.record;
+  if (auto s = noise_sample({v[0], v[1], f.b_small, f.b_big})) {
+    r.noise_grad_sqr = s->grad_sqr;
+    r.noise_trace = s->trace;
+  }
+  if (host.numel() == 4) {
+    if (auto s = noise_sample({v[2], v[3], f.b_small, f.b_big})) {
+      r.noise_grad_sqr_precond = s->grad_sqr;
+      r.noise_trace_precond = s->trace;
+    }
+  } else if (adam_) {
+    r.noise_grad_sqr_precond = r.noise_grad_sqr;
+    r.noise_trace_precond = r.noise_trace;
+  }
+  r.gns_b_small = f.b_small;
+  r.gns_b_big = f.b_big;
+  add_noise(r);
+  r.gns = noise_.smoothed();
+  r.gns_precond = noise_precond_.smoothed();
+}
+
+void Trainer::FitLoop::add_noise(const StepRecord& r) {
+  if (std::isfinite(r.noise_grad_sqr) && std::isfinite(r.noise_trace))
+    noise_.add({r.noise_grad_sqr, r.noise_trace}, r.gns_b_small, r.gns_b_big);
+  if (std::isfinite(r.noise_grad_sqr_precond) && std::isfinite(r.noise_trace_precond))
+    noise_precond_.add({r.noise_grad_sqr_precond, r.noise_trace_precond}, r.gns_b_small,
+                       r.gns_b_big);
 }
 
 // The diagnosis of a run that diverged at `step`, with what the watch saw up to it.
@@ -649,6 +789,8 @@ void Trainer::FitLoop::summarize_records() {
     summary_.skipped_steps += r.is_skipped ? 1 : 0;
   }
   summary_.loss_scale = st_.scaler->is_enabled() ? st_.scaler->get_scale() : 1.0;
+  summary_.noise = noise_.estimate();
+  summary_.noise_precond = noise_precond_.estimate();
   // Epochs in the source's batches: a streamed or held-out-reduced split is not `data.train`.
   summary_.epochs =
       static_cast<double>(records.size()) / static_cast<double>(batches_.batches_per_epoch());

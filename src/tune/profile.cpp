@@ -74,6 +74,8 @@ void train_and_sample(const ProfileOptions& options, ProfileJob& job, Model& mod
   p.is_interrupted = summary.is_interrupted;
   p.phases = summary.phases;
   p.peak_memory_bytes = summary.peak_memory_bytes;
+  p.noise = summary.noise;
+  p.noise_precond = summary.noise_precond;
   train_wall_s = summary.train_wall_s;
 }
 

@@ -10,6 +10,8 @@
 //   dist_worker nccl                      NCCL on cuda:LOCAL_RANK (exit 77 without a GPU)
 //   dist_worker equivalence_batchnorm     the same with BatchNorm (a small CNN), against one
 //                                         process accumulating the ranks' micro-batches
+//   dist_worker noise_scale               the gradient noise scale measured across the ranks
+//                                         (and with accumulation) within 10% of the truth
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -28,6 +30,7 @@
 #include "saturate/models/model.h"
 #include "saturate/train/oom_probe.h"
 #include "saturate/train/trainer.h"
+#include "testing/noise_truth.h"
 #include "testing/pattern_dataset.h"
 #include "testing/sgd_steps.h"
 
@@ -311,6 +314,41 @@ void nccl(DistGroup& g, const c10::Device& device) {
   expect_close(reduced, plain, "fmnist-cnn on " + device.str() + " through NCCL buckets");
 }
 
+// Each rank trains its shard of the frozen problem of testing/noise_truth.h in batches of 128:
+// the pair is one rank's gradient (128 samples) and the all-reduced one (128 × world); with 2
+// micro-batches, the first micro-batch (64) and the all-reduced one.
+void noise_scale(DistGroup& g) {
+  const DatasetSplits data = testing::make_noisy_pattern_splits();
+  auto model = testing::warmed_linear_model(data);
+  const testing::NoiseTruth truth =
+      testing::exact_noise(*model, data.train, data.normalize_mean, data.normalize_std);
+  auto source = make_sample_source(data.train);
+  for (int64_t accumulate : {1, 2}) {
+    TrainOptions o = testing::sgd_steps(128, 800, /*lr=*/1e-30);
+    o.momentum = 0;
+    o.weight_decay = 0;
+    o.accumulate = accumulate;
+    std::unique_ptr<GradientSync> sync = make_data_parallel(g, DataParallelOptions());
+    LoaderOptions lo;
+    lo.batch_size = o.batch_size;
+    lo.seed = 5;
+    lo.rank = g.rank();
+    lo.world = g.world_size();
+    lo.transform.mean = data.normalize_mean;
+    lo.transform.std = data.normalize_std;
+    Loader loader(*source, lo);
+    Trainer trainer(*model, o, c10::Device(c10::kCPU), nullptr, sync.get());
+    const NoiseScaleEstimate e = trainer.fit(loader, data).noise;
+    const double want_small = accumulate == 1 ? 128 : 64;
+    EXPECT_OR_FAIL(e.b_small == want_small && e.b_big == 128.0 * g.world_size(),
+                   "accumulate ", accumulate, ": the pair is ", e.b_small, " vs ", e.b_big);
+    EXPECT_OR_FAIL(std::abs(e.phi - truth.phi()) <= 0.1 * truth.phi(), "accumulate ", accumulate,
+                   ": measured φ ", e.phi, ", truth ", truth.phi());
+    std::cout << "rank " << g.rank() << " accumulate " << accumulate << ": φ " << e.phi
+              << " (truth " << truth.phi() << ")" << std::endl;
+  }
+}
+
 }  // namespace
 }  // namespace saturate
 
@@ -335,6 +373,7 @@ int main(int argc, char** argv) {
     else if (mode == "equivalence_batchnorm") saturate::equivalence_batchnorm(*g);
     else if (mode == "nccl") saturate::nccl(*g, device);
     else if (mode == "oom_one_rank") saturate::oom_one_rank(*g, true);
+    else if (mode == "noise_scale") saturate::noise_scale(*g);
     else if (mode == "oom_one_rank_unagreed") saturate::oom_one_rank(*g, false);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;

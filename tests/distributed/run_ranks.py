@@ -9,6 +9,7 @@ Cases:
   equivalence       2 ranks of batch 16 take one process's steps of batch 32 (accumulate 1, 2)
   equivalence_batchnorm  the same with a BatchNorm CNN against one process that
                     accumulates the ranks' micro-batches
+  noise_scale       2 ranks measure the gradient noise scale within 10% of the truth
   oom_one_rank      rank 1 runs out of memory alone: both trials end out of memory (and,
                     without the agreement, rank 0 times out)
   store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
@@ -77,6 +78,10 @@ def case_equivalence(args):
 
 def case_equivalence_batchnorm(args):
     all_ranks_ok(args, "equivalence_batchnorm", 2, 110)
+
+
+def case_noise_scale(args):
+    all_ranks_ok(args, "noise_scale", 2, 90)
 
 
 def case_oom_one_rank(args):

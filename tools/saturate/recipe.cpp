@@ -84,6 +84,9 @@ void add_step_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "gradual underflow)")
       ->capture_default_str();
   app.add_option("--seed", t.seed, "seed for weights and data order")->capture_default_str();
+  app.add_flag("--no-noise-scale", f.no_noise_scale,
+               "do not measure the gradient noise scale (measured by default wherever a step has "
+               "two gradients at the same weights: --accumulate > 1 or data parallel)");
 }
 
 // The input pipeline, the validation split, and data parallelism.
@@ -187,6 +190,7 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   r.train.optimizer = parse_optimizer(f.optimizer);
   r.train.schedule = parse_schedule(f.schedule);
   r.train.memory_format = parse_memory_format(f.memory_format);
+  r.train.noise_scale = !f.no_noise_scale;
   const Precision requested = parse_precision(f.precision);
   if (!f.memory_limit.empty()) {
     r.memory_limit_bytes = parse_bytes(f.memory_limit, "--memory-limit");

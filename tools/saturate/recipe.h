@@ -48,6 +48,7 @@ struct RecipeFlags {
   int prefetch = 2;
   int64_t crop = 0, pad = 0;
   bool flip = false;
+  bool no_noise_scale = false;  ///< --no-noise-scale (TrainOptions::noise_scale)
   double val_fraction = 0;
   TrainOptions train;
 };

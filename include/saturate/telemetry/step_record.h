@@ -6,6 +6,7 @@
 //   StepRecord r; r.step = 12; r.samples = 64; r.forward_ms = 3.1; ... sink.on_step(r);
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace saturate {
@@ -35,6 +36,18 @@ struct StepRecord {
   /// Minor page faults of the process while the host ran the step (all threads; -1 unknown):
   /// fresh memory being touched, which a caching allocator avoids after the first steps.
   int64_t page_faults = -1;
+  /// Gradient noise scale (telemetry/noise_scale.h), for a step that measured it: this step's
+  /// unbiased estimates of |G|² and tr(Σ), and φ smoothed over the run so far. The _precond
+  /// values measure Adam's preconditioned gradients (the raw ones before its 5th step). NaN
+  /// when not measured.
+  double noise_grad_sqr = std::numeric_limits<double>::quiet_NaN();
+  double noise_trace = std::numeric_limits<double>::quiet_NaN();
+  double gns = std::numeric_limits<double>::quiet_NaN();
+  double noise_grad_sqr_precond = std::numeric_limits<double>::quiet_NaN();
+  double noise_trace_precond = std::numeric_limits<double>::quiet_NaN();
+  double gns_precond = std::numeric_limits<double>::quiet_NaN();
+  /// The batch sizes the measuring pair averaged (0: not measured).
+  double gns_b_small = 0, gns_b_big = 0;
 };
 
 /// Sum of the phase fields, for checks that they account for step_ms.

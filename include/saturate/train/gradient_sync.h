@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 namespace saturate {
 
 class Model;
@@ -36,6 +38,15 @@ class GradientSync {
   /// Host milliseconds the last synchronised backward waited for gradient communication after
   /// its own compute was done (the part that did not overlap), then 0 until the next one.
   virtual double take_wait_ms() { return 0.0; }
+  /// The gradient noise scale under data parallel: while on, each synchronised backward also
+  /// sums the squares of this rank's own gradients before they are averaged (one more read of
+  /// each bucket).
+  virtual void measure_local_grad_sqr(bool on) { (void)on; }
+  /// That sum for the last synchronised backward, averaged over the ranks (a collective: every
+  /// rank calls it at the same point), a 0-d double tensor on the gradients' device (scaled by
+  /// the loss scale², as the gradients were); then undefined until the next one. Undefined when
+  /// not measured or when nothing was averaged.
+  virtual at::Tensor take_local_grad_sqr() { return at::Tensor(); }
 };
 
 }  // namespace saturate

@@ -74,6 +74,12 @@ struct TrainOptions {
   /// Gradient clipping: > 0 scales the gradients down so their global L2 norm is at most this
   /// (after unscaling under fp16, after the all-reduce under data parallel); 0: off.
   double clip_grad_norm = 0;
+  /// The gradient noise scale (telemetry/noise_scale.h), measured in the step wherever it has
+  /// two gradients at the same weights: under accumulation, the first micro-batch's against the
+  /// whole step's; under data parallel, this rank's against the all-reduced one. Norms are taken
+  /// after fp16 unscaling and before clipping; one squared-norm reduction per step (two more
+  /// under AdamW, for the preconditioned value). false: not measured.
+  bool noise_scale = true;
   /// Divergence under fp16: this many optimizer steps in a row skipped for non-finite
   /// gradients stop the run (the loss scale cannot recover it). Under fp32/bf16 one non-finite
   /// loss or gradient norm does.

@@ -20,6 +20,7 @@
 
 #include "saturate/data/batch_source.h"
 #include "saturate/data/dataset.h"
+#include "saturate/telemetry/noise_scale.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/train/checkpoint.h"
 #include "saturate/train/oom_probe.h"
@@ -77,6 +78,11 @@ struct TrainSummary {
   int64_t target_samples = -1;
   double target_train_s = -1;
   double target_seen = std::numeric_limits<double>::quiet_NaN();
+  /// The gradient noise scale over the run's last (up to 1000) measured steps, raw and (AdamW)
+  /// preconditioned; steps == 0 when the run measured none (no accumulation, one rank, or
+  /// TrainOptions::noise_scale off).
+  NoiseScaleEstimate noise;
+  NoiseScaleEstimate noise_precond;
 };
 
 /// Training steps whose mean loss a "loss" target compares.
@@ -155,6 +161,21 @@ class Trainer {
   // make in the rest of the step, with zero gradients.
   void stand_in_for_step(int64_t begin, int64_t batch, int64_t micro);
   at::Tensor last_grad_norm_;  // of the last train_step, read with its record
+  // The squared gradient norms one step measures the noise scale from (noise_scale.h).
+  struct NoiseProbe {
+    bool on = false;
+    std::vector<at::Tensor> precond;  // Adam's preconditioner; empty: none
+    at::Tensor small, small_precond, big_precond;  // 0-d doubles on the device
+    double b_small = 0, b_big = 0;
+  };
+  void measure_first_micro_batch(NoiseProbe& noise, int64_t batch, int64_t end);
+  void measure_whole_step(NoiseProbe& noise, int64_t batch, int64_t micro, int world);
+  at::Tensor finish_noise_probe(const NoiseProbe& noise, const at::Tensor& grad_norm,
+                                double scale_used);
+  // Of the last train_step, read with its record: [small, big(, small, big preconditioned)]
+  // squared norms (undefined: not measured) and the batch sizes they averaged.
+  at::Tensor last_noise_;
+  double last_noise_b_small_ = 0, last_noise_b_big_ = 0;
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
 

@@ -25,6 +25,7 @@
 #include "saturate/device/probe.h"
 #include "saturate/distributed/dist_env.h"
 #include "saturate/telemetry/device_sampler.h"
+#include "saturate/telemetry/noise_scale.h"
 #include "saturate/telemetry/sample_summary.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/telemetry/throughput.h"
@@ -110,6 +111,9 @@ struct Profile {
   ThroughputStats throughput;       ///< steady state, in windows of window_steps
   PhaseBreakdown phases;            ///< mean over the steady steps
   int64_t peak_memory_bytes = 0;    ///< 0 unknown
+  /// The gradient noise scale over the run (steps == 0: not measured, e.g. one process without
+  /// micro-batches), raw and preconditioned (AdamW).
+  NoiseScaleEstimate noise, noise_precond;
   SampleSummary device_samples;
   std::string gpu_status;  ///< "NVML: N GPUs", or why GPUs were not sampled
 
