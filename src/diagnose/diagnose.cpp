@@ -123,6 +123,10 @@ void input_bound(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t
                      std::move(rec)));
 }
 
+double global_batch(const RunFacts& f) {
+  return static_cast<double>(f.global_batch > 0 ? f.global_batch : f.batch_size);
+}
+
 void small_batch(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t,
                  std::vector<Finding>& out) {
   if (on_gpu(f)) {
@@ -139,12 +143,63 @@ void small_batch(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t
     return;
   }
   if (s.steps == 0 || s.step_ms >= t.tiny_step_ms) return;
+  // Past the measured noise scale a larger batch buys samples/s with samples.
+  const bool past_noise = f.noise.is_resolved() && global_batch(f) > f.noise.high;
   out.push_back(make("small-batch", Severity::kInfo,
                      concat("tiny steps: ", format_fixed(s.step_ms, 2), " ms per step at batch ",
                             f.batch_size, ", so fixed per-step costs weigh heavily"),
                      {{"step_ms", s.step_ms, "ms"},
                       {"batch_size", static_cast<double>(f.batch_size), ""}},
-                     "raise --batch-size (`saturate tune` measures where samples/s peaks)"));
+                     past_noise
+                         ? concat("raise --batch-size only if the throughput pays for the "
+                                  "samples: the batch is already above the gradient noise "
+                                  "scale (",
+                                  format_fixed(f.noise.phi, 0),
+                                  "), so each added sample adds less; `saturate tune` weighs both")
+                         : "raise --batch-size (`saturate tune` measures where samples/s peaks)"));
+}
+
+// The batch against the measured gradient noise scale φ: far above it, most samples of a step
+// repeat what the others say; far below it, each step's gradient is mostly noise.
+void critical_batch(const RunFacts& f, const DiagnoseThresholds& t, std::vector<Finding>& out) {
+  const NoiseScaleEstimate& n = f.noise;
+  const double b = global_batch(f);
+  if (!n.is_resolved() || b <= 0) return;
+  const std::string phi = format_fixed(n.phi, 0);
+  const std::vector<Evidence> evidence = {{"global_batch", b, "samples"},
+                                          {"noise_scale", n.phi, "samples"},
+                                          {"noise_scale_low", n.low, "samples"},
+                                          {"noise_scale_high", n.high, "samples"}};
+  const std::string measured =
+      concat("the ", f.noise_kind, " gradient noise scale measured ", phi, " (95%: ",
+             format_fixed(n.low, 0), "–", format_fixed(n.high, 0), ")");
+  if (b > t.critical_batch_factor * n.high) {
+    const double waste = 100.0 * b / (n.phi + b);
+    out.push_back(make(
+        "above-critical-batch", Severity::kInfo,
+        concat("batch far above the critical batch: about ", format_fixed(waste, 0),
+               "% of each step's samples add little (", measured, ", batch ",
+               format_fixed(b, 0), ")"),
+        evidence,
+        concat("a step of ", format_fixed(b, 0), " samples needs about ",
+               format_fixed(1 + b / n.phi, 1),
+               "× the fewest samples to make the same progress (McCandlish et al. 2018); a "
+               "batch nearer ", phi,
+               " with the LR scaled down by the gain rule gets there on fewer samples, unless "
+               "this batch's throughput pays for them: `saturate tune` weighs both")));
+  } else if (b * t.critical_batch_factor < n.low) {
+    const double more = 1 + n.phi / b;
+    out.push_back(make(
+        "below-critical-batch", Severity::kInfo,
+        concat("batch far below the critical batch: about ", format_fixed(more, 1),
+               "× more steps than needed (", measured, ", batch ", format_fixed(b, 0), ")"),
+        evidence,
+        concat("each step's gradient is mostly noise, so the run takes about ",
+               format_fixed(more, 1),
+               "× the fewest steps; a larger batch (up to about ", phi,
+               ") with the LR raised by the gain rule makes the same progress in fewer steps: "
+               "`saturate tune` measures whether its throughput pays")));
+  }
 }
 
 void memory_near_limit(const RunFacts& f, const DiagnoseThresholds& t,
@@ -368,6 +423,7 @@ std::vector<Finding> diagnose(const RunFacts& facts, const DiagnoseThresholds& t
   phase_heavy(shares, thresholds, out);
   allocation_churn(facts, shares, thresholds, out);
   rank_skew(facts, thresholds, out);
+  critical_batch(facts, thresholds, out);
   sort_by_severity(out);
   return out;
 }

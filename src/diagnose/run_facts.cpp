@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/diagnose/run_facts.h"
 
+#include <algorithm>
+
 namespace saturate {
 
 RunFacts environment_facts(const DeviceProbe& probe, const c10::Device& device, int threads,
@@ -52,6 +54,10 @@ RunFacts profile_facts(const Profile& p) {
   }
   facts.page_fault_us = p.page_fault_cost.faults > 0 ? p.page_fault_cost.us_per_fault : -1.0;
   facts.cpu_cache = p.cpu_cache;
+  const bool adam = p.train.optimizer == OptimizerKind::kAdamW;
+  facts.noise = adam && p.noise_precond.is_resolved() ? p.noise_precond : p.noise;
+  facts.noise_kind = adam && p.noise_precond.is_resolved() ? "AdamW-preconditioned" : "raw";
+  facts.global_batch = p.train.batch_size * std::max<int64_t>(1, p.world_size());
   return facts;
 }
 

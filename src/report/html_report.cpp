@@ -11,6 +11,8 @@
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
 #include "saturate/diagnose/diagnose.h"
+#include "saturate/report/train_report.h"
+#include "saturate/telemetry/noise_scale.h"
 #include "saturate/telemetry/step_record.h"
 
 namespace saturate {
@@ -100,6 +102,7 @@ json plan_input(const json& plan, const std::string& path) {
   in["findings"] = plan.value("findings", json::array());
   in["context"] = plan.value("context", json::object());
   if (plan.contains("exec") && plan["exec"].is_object()) in["exec"] = plan["exec"];
+  if (plan.contains("goodput") && plan["goodput"].is_object()) in["goodput"] = plan["goodput"];
   return in;
 }
 
@@ -143,6 +146,7 @@ json run_input(std::istream& lines, const std::string& path) {
   in["evals"] = evals;
   // The rules that need only the steps (the file has no device or configuration facts).
   RunFacts facts;
+  NoiseScale noise;
   for (const json& j : steps) {
     StepRecord r;
     r.step = j.value("step", int64_t{0});
@@ -157,6 +161,17 @@ json run_input(std::istream& lines, const std::string& path) {
     r.other_ms = j.value("other_ms", 0.0);
     r.loss = j.value("loss", 0.0);
     facts.steps.push_back(r);
+    // The noise scale's per-step estimates, where the run measured them.
+    const auto sqr = j.find("gns_grad_sqr"), trace = j.find("gns_trace");
+    if (sqr != j.end() && trace != j.end() && sqr->is_number() && trace->is_number())
+      noise.add({sqr->get<double>(), trace->get<double>()}, j.value("gns_b_small", 0.0),
+                j.value("gns_b_big", 0.0));
+  }
+  if (!facts.steps.empty()) facts.batch_size = facts.steps.front().samples;
+  facts.noise = noise.estimate();
+  if (facts.noise.steps > 0) {
+    in["gns"] = noise_scale_to_json(facts.noise);
+    in["gns_text"] = describe_noise_scale(facts.noise);
   }
   facts.warmup_steps = std::min<int64_t>(5, static_cast<int64_t>(facts.steps.size()) / 5);
   in["findings"] = findings_to_json(diagnose(facts));
@@ -217,6 +232,30 @@ constexpr const char* kScript = R"JS(
     ex.appendChild(el('pre', data.exec.reproduce));
   } else {
     ex.style.display = 'none';
+  }
+
+  // The gradient noise scale: the plan's goodput choice, or a run's measured value.
+  var gp = document.getElementById('goodput'), gt = document.getElementById('goodput-text');
+  if (data.goodput) {
+    var g = data.goodput, n = g.noise_scale;
+    gt.appendChild(el('p', 'Gradient noise scale ' + fmt(n.phi, 0) + ' (95%: ' + fmt(n.low, 0) + '–' +
+                   (n.high === null ? '∞' : fmt(n.high, 0)) + ', ' + n.kind + ', ' + n.steps +
+                   ' steps of ' + n.b_small + ' vs ' + n.b_big + ' samples). ' + g.why));
+    if (g.curve && g.curve.length > 1) {
+      chart('chart-goodput', {
+        data: { x: 'batch', columns: [['batch'].concat(g.curve.map(function (p) { return p.batch_size; })),
+          ['samples/s vs yours'].concat(g.curve.map(function (p) { return p.samples_per_s / g.curve[0].samples_per_s; })),
+          ['predicted speed-up to target'].concat(g.curve.map(function (p) { return p.predicted_speedup; }))] },
+        axis: { x: { label: 'batch size', type: 'category' }, y: { label: '× your batch' } }
+      });
+    } else {
+      document.getElementById('chart-goodput').setAttribute('data-rendered', 'none');
+    }
+  } else if (data.gns_text) {
+    gt.appendChild(el('p', 'Gradient noise scale measured in the steps: ' + data.gns_text + '.'));
+    document.getElementById('chart-goodput').setAttribute('data-rendered', 'none');
+  } else {
+    gp.style.display = 'none';
   }
 
   if (data.kind === 'plan') {
@@ -394,6 +433,8 @@ std::string html_report(const json& input, const ReportAssets& assets) {
     << "</code>. Charts: c3 " << "on d3, inlined; this file needs no network.</p>\n"
     << "<div id=\"errors\"></div>\n"
     << "<div id=\"exec\"><h2>Your program</h2></div>\n"
+    << "<div id=\"goodput\"><h2>Batch size by goodput</h2><div id=\"goodput-text\"></div>"
+       "<div id=\"chart-goodput\" class=\"chart\"></div></div>\n"
     << "<h2>Findings</h2><div id=\"findings\"></div>\n"
     << "<div id=\"plan-only\"><h2>Stages</h2><table><thead><tr><th>stage</th><th>samples/s "
        "before</th><th>after</th><th></th><th>why</th></tr></thead><tbody id=\"stages\"></tbody>"

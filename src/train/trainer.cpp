@@ -228,7 +228,13 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   const int world = sync_ ? sync_->world_size() : 1;
   NoiseProbe noise;
   noise.on = options_.noise_scale && (micro < batch || world > 1);
-  if (noise.on) noise.precond = adam_preconditioner(optimizer, state_->params);
+  // The preconditioned norms cost a pass over the optimizer's state: every few steps only (the
+  // estimate averages steps, so fewer of them still leave it unbiased).
+  if (noise.on && noise_steps_++ % kPrecondEvery == 0 &&
+      options_.optimizer == OptimizerKind::kAdamW) {
+    noise.precond = adam_preconditioner(optimizer, state_->params);
+    noise.precond_identity = noise.precond.empty();  // AdamW's moments are still too young
+  }
   optimizer.zero_grad(/*set_to_none=*/true);
   at::Tensor loss_sum = torch::zeros({}, x.options().dtype(at::kFloat));
   for (int64_t begin = 0; begin < batch; begin += micro) {
@@ -311,6 +317,9 @@ at::Tensor Trainer::finish_noise_probe(const NoiseProbe& noise, const at::Tensor
   if (noise.big_precond.defined()) {
     parts.push_back(noise.small_precond * unscale);
     parts.push_back(noise.big_precond);
+  } else if (noise.precond_identity) {
+    parts.push_back(parts[0]);
+    parts.push_back(parts[1]);
   }
   return at::stack(parts);
 }
@@ -398,7 +407,6 @@ class Trainer::FitLoop {
   bool scaling_ = false;
   // The gradient noise scale: raw, and with Adam's preconditioner.
   NoiseScale noise_, noise_precond_;
-  bool adam_ = false;
   // --target: the periodic evaluation's interval and the training losses a "loss" target reads.
   int64_t eval_every_ = 0;
   std::deque<double> target_losses_;
@@ -432,7 +440,6 @@ Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetS
   SATURATE_CHECK(first_ <= total_, "train: the checkpoint is at step ", first_,
                  ", past this run's ", total_, " steps");
   scaling_ = st_.scaler->is_enabled();
-  adam_ = t_.options_.optimizer == OptimizerKind::kAdamW;
   has_val_ = data.validation.size() > 0;
   periodic_ = has_val_ ? &data.validation : &data.test;
   prefix_ = has_val_ ? "val_" : "test_";
@@ -626,8 +633,8 @@ void Trainer::FitLoop::complete_front() {
   watch(records.back());
 }
 
-// The step's noise-scale norms: its unbiased |G|² and tr(Σ), and φ smoothed so far. AdamW
-// before its 5th step has no preconditioner yet: the raw values stand for the preconditioned.
+// The step's noise-scale norms: its unbiased |G|² and tr(Σ), and φ smoothed so far; every few
+// steps under AdamW the preconditioned ones too (before its 5th step the raw ones stand in).
 void Trainer::FitLoop::read_noise(InFlight& f) {
   const at::Tensor host = f.noise.to(at::kCPU);
   const double* v = host.data_ptr<double>();
@@ -641,9 +648,6 @@ void Trainer::FitLoop::read_noise(InFlight& f) {
       r.noise_grad_sqr_precond = s->grad_sqr;
       r.noise_trace_precond = s->trace;
     }
-  } else if (adam_) {
-    r.noise_grad_sqr_precond = r.noise_grad_sqr;
-    r.noise_trace_precond = r.noise_trace;
   }
   r.gns_b_small = f.b_small;
   r.gns_b_big = f.b_big;

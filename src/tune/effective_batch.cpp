@@ -124,6 +124,26 @@ BatchChoice choose_effective_batch(const RunConfig& current, const RunConfig& ba
   return c;
 }
 
+BatchChoice goodput_batch(const RunConfig& current, const RunConfig& base,
+                          const GoodputChoice& g) {
+  BatchChoice c;
+  c.config = current;
+  c.config.train.accumulate = 1;
+  c.config.train.batch_size = g.chosen;
+  if (g.chosen == base.train.batch_size) {
+    c.config.train.lr = base.train.lr;
+    c.why = "your batch of " + std::to_string(g.chosen) + " kept by goodput: " + g.why;
+    return c;
+  }
+  c.config.train.lr = base.train.lr * g.lr_multiplier;
+  if (c.config.train.warmup_steps == 0) c.config.train.warmup_steps = -1;  // default warm-up
+  c.outcome = EffectiveBatchOutcome::kLrRescaled;
+  c.why = "batch " + std::to_string(base.train.batch_size) + " → " + std::to_string(g.chosen) +
+          " by goodput, learning rate " + format_fixed(base.train.lr, 6) + " → " +
+          format_fixed(c.config.train.lr, 6) + ": " + g.why;
+  return c;
+}
+
 RunConfig split_to_fit(const RunConfig& base, int64_t largest_safe) {
   RunConfig ref = base;
   if (largest_safe > 0) {

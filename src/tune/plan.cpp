@@ -46,6 +46,7 @@ const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "trials",
                                                 "quality",
                                                 "exec",
+                                                "goodput",
                                                 "probe_steps",
                                                 "tune_wall_s",
                                                 "budget_s",
@@ -466,6 +467,63 @@ PlanExec exec_from_json(const FieldReader& r) {
 
 }  // namespace
 
+namespace {
+
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json goodput_to_json(const GoodputChoice& g) {
+  const NoiseScaleEstimate& n = g.noise;
+  json curve = json::array();
+  for (const GoodputPoint& p : g.curve)
+    curve.push_back({{"batch_size", p.batch},
+                     {"samples_per_s", p.samples_per_s},
+                     {"efficiency", p.efficiency},
+                     {"predicted_speedup", p.speedup}});
+  return {{"usable", g.usable},
+          {"noise_scale",
+           {{"phi", finite_or_null(n.phi)},
+            {"low", finite_or_null(n.low)},
+            {"high", finite_or_null(n.high)},
+            {"steps", n.steps},
+            {"b_small", n.b_small},
+            {"b_big", n.b_big},
+            {"kind", g.noise_kind}}},
+          {"phi_used", g.phi_used},
+          {"user_batch", g.b0},
+          {"chosen_batch", g.chosen},
+          {"predicted_speedup", g.predicted_speedup},
+          {"gain", g.gain},
+          {"lr_multiplier", g.lr_multiplier},
+          {"lr_rule", g.rule},
+          {"why", g.why},
+          {"curve", curve}};
+}
+
+// What later runs may read back (adaptive batch, reports); the curve stays in the file only.
+GoodputChoice goodput_from_json(const FieldReader& r) {
+  GoodputChoice g;
+  g.usable = r.boolean("usable", false);
+  const FieldReader n = r.object("noise_scale");
+  g.noise.phi = n.number("phi", std::numeric_limits<double>::quiet_NaN());
+  g.noise.low = n.number("low", std::numeric_limits<double>::quiet_NaN());
+  g.noise.high = n.number("high", std::numeric_limits<double>::infinity());
+  g.noise.steps = n.integer("steps", 0, 0, "a non-negative integer");
+  g.noise.b_small = n.number("b_small", 0, is_non_negative, "a non-negative number");
+  g.noise.b_big = n.number("b_big", 0, is_non_negative, "a non-negative number");
+  g.noise_kind = n.string("kind", "raw");
+  g.phi_used = r.number("phi_used", 0, is_non_negative, "a non-negative number");
+  g.b0 = r.integer("user_batch", 0, 0, "a non-negative integer");
+  g.chosen = r.integer("chosen_batch", 0, 0, "a non-negative integer");
+  g.predicted_speedup = r.number("predicted_speedup", 1, is_non_negative, "a non-negative number");
+  g.gain = r.number("gain", 1, is_non_negative, "a non-negative number");
+  g.lr_multiplier = r.number("lr_multiplier", 1, is_non_negative, "a non-negative number");
+  g.rule = r.string("lr_rule", "");
+  g.why = r.string("why", "");
+  return g;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const Plan& plan) {
   json trials = json::array();
   for (const auto& t : plan.trials) trials.push_back(trial_to_json(t));
@@ -497,6 +555,7 @@ nlohmann::json to_json(const Plan& plan) {
         {"samples_per_s", plan.eval_samples_per_s},
         {"peak_memory_bytes", plan.eval_peak_memory_bytes}}}};
   if (!plan.exec.empty()) j["exec"] = exec_to_json(plan.exec);
+  if (plan.goodput.noise.steps > 0) j["goodput"] = goodput_to_json(plan.goodput);
   return j;
 }
 
@@ -551,6 +610,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
   p.eval_peak_memory_bytes =
       ev.integer("peak_memory_bytes", p.eval_peak_memory_bytes, 0, "a non-negative integer");
   if (r.find("exec")) p.exec = exec_from_json(r.object("exec"));
+  if (r.find("goodput")) p.goodput = goodput_from_json(r.object("goodput"));
   return p;
 }
 

@@ -50,6 +50,15 @@ Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
     m.step_samples_per_s.push_back(1000.0 * static_cast<double>(r.samples) / r.step_ms);
   }
   if (!records.empty()) m.loss = loss / static_cast<double>(records.size());
+  NoiseScale raw, precond;
+  for (const StepRecord& r : records) {
+    if (std::isfinite(r.noise_grad_sqr) && std::isfinite(r.noise_trace))
+      raw.add({r.noise_grad_sqr, r.noise_trace}, r.gns_b_small, r.gns_b_big);
+    if (std::isfinite(r.noise_grad_sqr_precond) && std::isfinite(r.noise_trace_precond))
+      precond.add({r.noise_grad_sqr_precond, r.noise_trace_precond}, r.gns_b_small, r.gns_b_big);
+  }
+  m.noise = raw.estimate();
+  m.noise_precond = precond.estimate();
   if (!m.step_samples_per_s.empty()) {
     m.samples_per_s = 1000.0 * samples / ms;
     m.phases = mean_phases(records, static_cast<size_t>(std::max<int64_t>(0, warmup)));
@@ -86,9 +95,31 @@ double number(const nlohmann::json& j, const char* key) {
                                           : std::numeric_limits<double>::quiet_NaN();
 }
 
+nlohmann::json noise_fields(const NoiseScaleEstimate& e) {
+  auto n = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  return {n(e.phi), n(e.low), n(e.high), e.steps, e.b_small, e.b_big};
+}
+
+NoiseScaleEstimate noise_from_fields(const nlohmann::json& j) {
+  NoiseScaleEstimate e;
+  if (!j.is_array() || j.size() != 6) return e;
+  auto n = [](const nlohmann::json& v) {
+    return v.is_number() ? v.get<double>() : std::numeric_limits<double>::infinity();
+  };
+  e.phi = n(j[0]);  // null: not finite, which for φ and its upper end means unbounded
+  e.low = j[1].is_number() ? j[1].get<double>() : std::numeric_limits<double>::quiet_NaN();
+  e.high = n(j[2]);
+  e.steps = j[3].is_number_integer() ? j[3].get<int64_t>() : 0;
+  e.b_small = j[4].is_number() ? j[4].get<double>() : 0;
+  e.b_big = j[5].is_number() ? j[5].get<double>() : 0;
+  return e;
+}
+
 nlohmann::json to_fields(const Measurement& m, int64_t steps_run) {
   const PhaseBreakdown& p = m.phases;
   return {{"samples_per_s", m.samples_per_s},
+          {"noise", noise_fields(m.noise)},
+          {"noise_precond", noise_fields(m.noise_precond)},
           {"spread", m.spread},
           {"loss", m.loss},
           {"data_wait_ms", p.data_wait_ms},
@@ -118,6 +149,8 @@ void from_fields(const nlohmann::json& j, Measurement& m, int64_t& steps_run) {
   p.step_ms = number(j, "step_ms");
   m.step_samples_per_s = j.value("step_samples_per_s", std::vector<double>{});
   steps_run = j.value("steps_run", steps_run);
+  if (j.contains("noise")) m.noise = noise_from_fields(j["noise"]);
+  if (j.contains("noise_precond")) m.noise_precond = noise_from_fields(j["noise_precond"]);
 }
 
 }  // namespace

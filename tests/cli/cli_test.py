@@ -1890,8 +1890,14 @@ def case_report_html(tmp):
     if "http://" in text.split("<script>")[0] or "<script src" in text:
         fail("the report loads something from outside the file")
     shots = os.path.dirname(os.path.abspath(ARGS.fixtures))
-    # Stages, throughput and memory against batch size, step breakdown, loss curves.
-    open_in_browser(tmp, html, 5, os.path.join(shots, "report_plan.png"))
+    # Stages, throughput and memory against batch size, step breakdown, loss curves; and the
+    # goodput curve where the batch stage measured one (issue 35).
+    with open(plan, encoding="utf-8") as f:
+        goodput = json.load(f).get("goodput") or {}
+    if "Batch size by goodput" not in text:
+        fail("the report lacks the goodput section")
+    charts = 5 + (1 if len(goodput.get("curve", [])) > 1 else 0)
+    open_in_browser(tmp, html, charts, os.path.join(shots, "report_plan.png"))
     # A run's steps.jsonl: breakdown, loss and samples/s over the steps, and (issue 34, defect
     # 9: they were dropped) its evaluations: the test loss beside the training loss, the
     # accuracy in a chart of its own.

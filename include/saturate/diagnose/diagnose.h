@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "saturate/telemetry/noise_scale.h"
 #include "saturate/telemetry/step_record.h"
 
 namespace saturate {
@@ -87,6 +88,13 @@ struct RunFacts {
   /// Each rank's mean wait for the all-reduce per step (ms). The slowest rank's (the least)
   /// is the communication itself; the others' surplus is waiting for that rank.
   std::vector<double> rank_communication_ms;
+
+  // Statistical efficiency: the gradient noise scale the run measured (steps == 0: none), which
+  // kind ("raw", or "AdamW-preconditioned" for AdamW runs where that one is resolved), and the
+  // batch it is judged against: samples per optimizer step over all ranks (0: batch_size).
+  NoiseScaleEstimate noise;
+  std::string noise_kind = "raw";
+  int64_t global_batch = 0;
 };
 
 /// The thresholds of the rules, each with where it comes from. Tests and users may change them.
@@ -125,6 +133,11 @@ struct DiagnoseThresholds {
   double allocation_churn_pct = 5.0;
   /// Slowest rank's median step more than this much above the fastest: the others wait for it.
   double rank_skew_pct = 10.0;
+  /// A batch more than this many times the noise scale's upper bound is far above the critical
+  /// batch (at 4×, steps need 5× the fewest samples: 80% add little); below its lower bound
+  /// divided by this, far below it (5× the fewest steps). McCandlish et al. 2018: S = S_min(1 +
+  /// φ/B), E = E_min(1 + B/φ).
+  double critical_batch_factor = 4.0;
 };
 
 /// Every rule that fires, most severe first. Never throws; rules without the facts they need

@@ -38,8 +38,8 @@ struct StepRecord {
   int64_t page_faults = -1;
   /// Gradient noise scale (telemetry/noise_scale.h), for a step that measured it: this step's
   /// unbiased estimates of |G|² and tr(Σ), and φ smoothed over the run so far. The _precond
-  /// values measure Adam's preconditioned gradients (the raw ones before its 5th step). NaN
-  /// when not measured.
+  /// values measure AdamW's preconditioned gradients, every 4th step (the raw ones before its
+  /// 5th step). NaN when not measured.
   double noise_grad_sqr = std::numeric_limits<double>::quiet_NaN();
   double noise_trace = std::numeric_limits<double>::quiet_NaN();
   double gns = std::numeric_limits<double>::quiet_NaN();

@@ -165,6 +165,7 @@ class Trainer {
   struct NoiseProbe {
     bool on = false;
     std::vector<at::Tensor> precond;  // Adam's preconditioner; empty: none
+    bool precond_identity = false;    // AdamW before its 5th step: the raw norms stand in
     at::Tensor small, small_precond, big_precond;  // 0-d doubles on the device
     double b_small = 0, b_big = 0;
   };
@@ -176,6 +177,8 @@ class Trainer {
   // squared norms (undefined: not measured) and the batch sizes they averaged.
   at::Tensor last_noise_;
   double last_noise_b_small_ = 0, last_noise_b_big_ = 0;
+  static constexpr int64_t kPrecondEvery = 4;  // AdamW's preconditioned norms, every 4th step
+  int64_t noise_steps_ = 0;
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "saturate/tune/goodput.h"
 #include "saturate/tune/trial.h"
 
 namespace saturate {
@@ -63,6 +64,11 @@ struct BatchChoice {
 /// otherwise the batch changes and the LR is rescaled with the default warm-up.
 BatchChoice choose_effective_batch(const RunConfig& current, const RunConfig& base, int64_t found,
                                    int64_t largest_safe, EffectiveBatch policy);
+
+/// The batch goodput chose (tune/goodput.h): the user's batch in one step when no larger one
+/// pays, else the chosen batch with the LR multiplied by the gain rule and the default warm-up.
+BatchChoice goodput_batch(const RunConfig& current, const RunConfig& base,
+                          const GoodputChoice& goodput);
 
 /// The user's batch as micro-batches when the search found only smaller ones safe (the guard's
 /// and the fall-back's reference): half the largest safe batch per micro-batch.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "saturate/tune/effective_batch.h"
+#include "saturate/tune/goodput.h"
 #include "saturate/tune/trial.h"
 
 namespace saturate {
@@ -128,6 +129,9 @@ struct Plan {
   double eval_samples_per_s = 0;
   int64_t eval_peak_memory_bytes = 0;
   PlanExec exec;  ///< set for a user's own program (tune --exec)
+  /// The batch stage's goodput choice: the noise scale it measured, the batch it predicts fastest
+  /// to a target and by how much, the LR rule (noise.steps == 0: not measured).
+  GoodputChoice goodput;
 };
 
 nlohmann::json to_json(const Plan& plan);

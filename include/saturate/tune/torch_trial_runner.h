@@ -53,6 +53,7 @@ class TorchTrialRunner : public TrialRunner {
   /// largest batch is one rank's shard of the training split.
   void set_data_parallel(DistGroup* group);
   int64_t max_batch_size() const override { return max_batch_; }
+  bool measures_noise_scale() const override { return true; }
   /// Every run's step records and evaluations also go to `sink` (null: none); it must outlive
   /// the runner's runs. For logs and tests.
   void set_observer(TelemetrySink* sink) { observer_ = sink; }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "saturate/telemetry/noise_scale.h"
 #include "saturate/telemetry/step_record.h"
 #include "saturate/train/train_options.h"
 
@@ -50,6 +51,9 @@ struct Measurement {
   PhaseBreakdown phases;                   ///< mean per timed step
   int64_t peak_memory_bytes = 0;  ///< highest peak over all steps, warm-up included
   double loss = 0.0;              ///< mean training loss over the steps
+  /// The gradient noise scale over the steps that measured it (steps == 0: none did), raw and
+  /// AdamW-preconditioned.
+  NoiseScaleEstimate noise, noise_precond;
 };
 
 struct TrialOutcome {
@@ -106,6 +110,9 @@ class TrialRunner {
   /// Seconds a run costs besides its steps (a program's start-up and evaluation when each
   /// trial is a fresh process); 0 for an in-process runner.
   virtual double run_overhead_s() const { return 0; }
+  /// Whether a trial's Measurement carries the gradient noise scale of its steps (a runner that
+  /// trains in-process with micro-batches does; a simulation or a foreign program does not).
+  virtual bool measures_noise_scale() const { return false; }
   /// Memory available to training, in bytes (a --memory-limit, or the device's capacity).
   virtual int64_t memory_limit_bytes() const = 0;
   /// Upper bound for the batch size (the training set's size, or a cap).

@@ -50,6 +50,10 @@ struct TuneOptions {
   /// When twice the baseline's seed-to-seed noise exceeds this many quality tolerances, the
   /// guard's runs are too short to judge: status "inconclusive", math-preserving fall-back.
   double max_tolerance_factor = 5.0;
+  /// Goodput (tune/goodput.h): under --effective-batch auto, the batch stage first trains this
+  /// many steps of 4 × the user's batch in micro-batches to measure the gradient noise scale,
+  /// then picks the batch by predicted time to target rather than samples/s (0: samples/s alone).
+  int64_t noise_probe_steps = 100;
   int max_recompute_segments = 4;    ///< memory-saver stage tries 2..this segments; < 2 skips it
   /// The evaluation-batch stage: false keeps the base's eval batch (given by the user) after
   /// checking that it fits. Candidates double from the training micro-batch up to the

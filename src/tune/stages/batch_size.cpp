@@ -5,9 +5,14 @@
 // the current configuration beyond noise, or the current one stays.
 #include "tune_state.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/tune/effective_batch.h"
+#include "saturate/tune/goodput.h"
 
 namespace saturate::tune_detail {
 namespace {
@@ -24,6 +29,34 @@ TrialOutcome search_outcome(const BatchSearchResult& r) {
   return t;
 }
 
+// The gradient noise scale near the start of the user's run: steps of 4 × the user's batch, in
+// micro-batches of the current micro-batch (which fits), so that each step has gradients of two
+// sizes at the same weights. Four times the user's batch rather than the batch itself: the
+// |G|² estimate is a difference of two norms whose noise falls with the larger batch, and φ is
+// often several times the user's batch. Kind: AdamW's preconditioned value where resolved
+// (it rarely is in so few steps), else the raw one.
+NoiseScaleEstimate probe_noise(TuneState& s, std::string& kind) {
+  kind = "raw";
+  const int64_t b0 = s.base.train.batch_size;
+  if (s.o.noise_probe_steps <= 0 || s.o.effective_batch != EffectiveBatch::kAuto ||
+      !s.runner.measures_noise_scale())
+    return {};
+  RunConfig c = s.current;
+  c.train.batch_size = 4 * b0;
+  c.train.accumulate = 4 * s.current.train.accumulate;
+  c.train.noise_scale = true;
+  s.check_stop();
+  const TrialOutcome t = s.runner.run({c, s.o.noise_probe_steps, 1});
+  s.record("batch_size", "noise scale", c, t);
+  if (!t.fits) return {};
+  const bool adam = c.train.optimizer == OptimizerKind::kAdamW;
+  if (adam && t.measurement.noise_precond.is_resolved()) {
+    kind = "AdamW-preconditioned";
+    return t.measurement.noise_precond;
+  }
+  return t.measurement.noise;
+}
+
 BatchSearchResult run_search(TuneState& s) {
   BatchSearchOptions so = s.o.search;
   so.before_trial = [&s] { s.check_stop(); };
@@ -38,10 +71,41 @@ BatchSearchResult run_search(TuneState& s) {
 
 void batch_size(TuneState& s) {
   const double before = TuneState::sps(s.current_out);
+  std::string kind;
+  const NoiseScaleEstimate noise = probe_noise(s, kind);
   const BatchSearchResult r = run_search(s);
   s.search = r;
-  const BatchChoice choice =
+  const int64_t b0 = s.base.train.batch_size;
+  BatchChoice choice =
       choose_effective_batch(s.current, s.base, r.chosen, r.largest_safe, s.o.effective_batch);
+  if (noise.steps > 0) {
+    // The search's throughput curve, and the user's batch as the stages so far measured it.
+    std::vector<std::pair<int64_t, double>> curve;
+    if (s.current.train.batch_size == b0 && s.current_out.fits)
+      curve.emplace_back(b0, TuneState::sps(s.current_out));
+    for (const CurvePoint& p : r.curve)
+      if (p.batch_size != b0 || curve.empty()) curve.emplace_back(p.batch_size, p.samples_per_s);
+    // Goodput is decided near the user's batch, where the search (which starts large) rarely
+    // measures: 2, 4 and 8 times it, where they fit.
+    for (int64_t m : {2, 4, 8}) {
+      const int64_t b = m * b0;
+      if (b > r.largest_safe || s.search_time_spent()) break;
+      bool known = false;
+      for (const auto& p : curve) known = known || p.first == b;
+      if (known) continue;
+      RunConfig c = s.current;
+      c.train.batch_size = b;
+      c.train.accumulate = 1;
+      const TrialOutcome& t = s.measured(c, "batch_size");
+      if (t.fits) curve.emplace_back(b, TuneState::sps(t));
+    }
+    std::sort(curve.begin(), curve.end());
+    s.plan.goodput = choose_by_goodput(curve, b0, noise, kind, s.base.train.optimizer);
+    // Only larger batches are judged by goodput; a smaller fastest batch keeps the user's
+    // through accumulation as before.
+    if (s.plan.goodput.usable && r.chosen >= b0)
+      choice = goodput_batch(s.current, s.base, s.plan.goodput);
+  }
   const RunConfig& next = choice.config;
   const std::string why = r.why + " (largest safe " + std::to_string(r.largest_safe) + ", " +
                           std::to_string(r.steps) + " probe steps, " + std::to_string(r.ooms) +

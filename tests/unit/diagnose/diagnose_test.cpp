@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -409,6 +410,74 @@ TEST(Diagnose, SeverityNames) {
   EXPECT_EQ(to_string(Severity::kInfo), "info");
   EXPECT_EQ(to_string(Severity::kWarning), "warning");
   EXPECT_EQ(to_string(Severity::kCritical), "critical");
+}
+
+}  // namespace
+}  // namespace saturate
+
+namespace saturate {
+namespace {
+
+NoiseScaleEstimate measured_noise(double phi, double low, double high) {
+  NoiseScaleEstimate n;
+  n.phi = phi;
+  n.low = low;
+  n.high = high;
+  n.steps = 200;
+  n.b_small = 64;
+  n.b_big = 256;
+  return n;
+}
+
+TEST(Diagnose, Issue35_BatchFarAboveTheCriticalBatch) {
+  RunFacts f = healthy_cpu();
+  f.batch_size = 4096;
+  f.noise = measured_noise(200, 150, 260);  // 4096 > 4 × 260
+  const auto x = find(diagnose(f), "above-critical-batch");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->title.find("about 95% of each step's samples add little"), std::string::npos)
+      << x->title;  // 4096 / (200 + 4096)
+  EXPECT_NE(x->recommendation.find("21.5× the fewest samples"), std::string::npos)
+      << x->recommendation;  // 1 + 4096 / 200
+  EXPECT_EQ(evidence(*x, "noise_scale_high"), 260);
+  // Within a factor of 4 of the upper bound: not far above.
+  f.noise = measured_noise(900, 800, 1100);
+  EXPECT_FALSE(find(diagnose(f), "above-critical-batch").has_value());
+}
+
+TEST(Diagnose, Issue35_BatchFarBelowTheCriticalBatchCountsTheGlobalBatch) {
+  RunFacts f = healthy_cpu();
+  f.batch_size = 32;
+  f.noise = measured_noise(1000, 600, 1500);  // 32 × 4 < 600
+  const auto x = find(diagnose(f), "below-critical-batch");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->title.find("about 32.2× more steps than needed"), std::string::npos) << x->title;
+  // 8 ranks of 32: a global batch of 256, not far below a lower bound of 600 any more.
+  f.global_batch = 256;
+  EXPECT_FALSE(find(diagnose(f), "below-critical-batch").has_value());
+}
+
+TEST(Diagnose, Issue35_AnUnresolvedNoiseScaleSaysNothing) {
+  RunFacts f = healthy_cpu();
+  f.batch_size = 8192;
+  f.noise = measured_noise(200, 0, std::numeric_limits<double>::infinity());  // |G|² unresolved
+  EXPECT_TRUE(diagnose(f).empty()) << ::testing::PrintToString(rules(diagnose(f)));
+  f.noise = measured_noise(200, 150, 260);
+  f.noise.steps = kNoiseMinSteps - 1;  // too few steps
+  EXPECT_TRUE(diagnose(f).empty());
+}
+
+TEST(Diagnose, Issue35_TinyStepsAboveTheNoiseScaleDoNotJustAskForMore) {
+  RunFacts f = healthy_cpu();
+  f.steps = steps(20, 2.0, {0.05, 0, 0.2, 0, 0.05});
+  f.batch_size = 512;
+  EXPECT_NE(find(diagnose(f), "small-batch")->recommendation.find("raise --batch-size ("),
+            std::string::npos);
+  f.noise = measured_noise(200, 150, 260);
+  const auto x = find(diagnose(f), "small-batch");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_NE(x->recommendation.find("only if the throughput pays"), std::string::npos)
+      << x->recommendation;
 }
 
 }  // namespace

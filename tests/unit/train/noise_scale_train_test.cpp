@@ -78,12 +78,16 @@ TEST(TrainerNoiseScale, AdamWGetsAPreconditionedValueToo) {
   o.optimizer = OptimizerKind::kAdamW;
   MemorySink sink;
   const TrainSummary s = Trainer(*f.model, o, c10::Device("cpu")).fit(f.data, &sink);
-  EXPECT_EQ(s.noise_precond.steps, s.noise.steps);
   const auto& r = sink.records();
-  // Before AdamW's 5th step the moments are too young: the raw values stand in.
-  EXPECT_EQ(r[2].noise_trace_precond, r[2].noise_trace);
-  EXPECT_NE(r[30].noise_trace_precond, r[30].noise_trace);
-  EXPECT_TRUE(std::isfinite(r[30].noise_trace_precond));
+  // Every 4th step; before AdamW's 5th the moments are too young and the raw values stand in.
+  EXPECT_EQ(r[0].noise_trace_precond, r[0].noise_trace);
+  EXPECT_TRUE(std::isnan(r[1].noise_trace_precond));
+  EXPECT_TRUE(std::isfinite(r[32].noise_trace_precond));
+  EXPECT_NE(r[32].noise_trace_precond, r[32].noise_trace);
+  EXPECT_TRUE(std::isnan(r[33].noise_trace_precond));
+  EXPECT_EQ(s.noise.steps, 30);          // the recent half of 60
+  EXPECT_EQ(s.noise_precond.steps, 15);  // every 4th: all 15, fewer than kNoiseMinSteps
+
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/tune/goodput.h"
+
+#include <cmath>
+
+#include "saturate/core/error.h"
+#include "saturate/core/strings.h"
+#include "saturate/core/units.h"
+
+namespace saturate {
+
+using detail::concat;
+
+double gain_lr_multiplier(double gain, OptimizerKind optimizer) {
+  return optimizer == OptimizerKind::kSgd ? gain : std::sqrt(gain);
+}
+
+std::string gain_rule_name(OptimizerKind optimizer) {
+  return optimizer == OptimizerKind::kSgd ? "gain rule (AdaScale) for SGD"
+                                          : "square root of the gain (AdaptDL) for AdamW";
+}
+
+GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
+                                const NoiseScaleEstimate& noise, const std::string& noise_kind,
+                                OptimizerKind optimizer, double min_gain) {
+  GoodputChoice g;
+  g.noise = noise;
+  g.noise_kind = noise_kind;
+  g.b0 = b0;
+  g.chosen = b0;
+  g.rule = gain_rule_name(optimizer);
+  // An interval without an upper end still has a lower one: credit that (a larger batch then
+  // has to pay for itself almost sample for sample).
+  if (noise.steps < kNoiseMinSteps || !std::isfinite(noise.low) || noise.low < 0) {
+    g.why = noise.steps == 0 ? "no gradient noise scale was measured"
+                             : "the gradient noise scale has no lower bound (" +
+                                   std::to_string(noise.steps) + " steps)";
+    return g;
+  }
+  double x0 = 0;
+  for (const auto& [b, sps] : curve)
+    if (b == b0) x0 = sps;
+  if (x0 <= 0) {
+    g.why = "batch " + std::to_string(b0) + " has no throughput measurement";
+    return g;
+  }
+  g.usable = true;
+  g.phi_used = noise.low;
+  for (const auto& [b, sps] : curve) {
+    if (b < b0 || sps <= 0) continue;
+    GoodputPoint p;
+    p.batch = b;
+    p.samples_per_s = sps;
+    p.efficiency = batch_efficiency(g.phi_used, static_cast<double>(b0), static_cast<double>(b));
+    p.speedup = sps * p.efficiency / x0;
+    g.curve.push_back(p);
+    if (b > b0 && p.speedup >= 1.0 + min_gain && p.speedup > g.predicted_speedup) {
+      g.chosen = b;
+      g.predicted_speedup = p.speedup;
+    }
+  }
+  g.gain = gain_ratio(g.phi_used, static_cast<double>(b0), static_cast<double>(g.chosen));
+  g.lr_multiplier = gain_lr_multiplier(g.gain, optimizer);
+  const std::string phi =
+      "φ " + (std::isfinite(noise.phi) ? format_fixed(noise.phi, 0) : std::string("∞")) +
+      " (95%: " + format_fixed(noise.low, 0) + "–" +
+      (std::isfinite(noise.high) ? format_fixed(noise.high, 0) : std::string("∞")) + ", " +
+      noise_kind + "), credited " + format_fixed(g.phi_used, 0);
+  if (g.chosen == b0) {
+    // The best larger batch and why it does not pay.
+    const GoodputPoint* best = nullptr;
+    for (const GoodputPoint& p : g.curve)
+      if (p.batch > b0 && (!best || p.speedup > best->speedup)) best = &p;
+    g.why = best ? concat(phi, ": batch ", best->batch, " runs ",
+                          format_fixed(best->samples_per_s / x0, 2), "× the samples/s of ", b0,
+                          " but each sample is worth ", format_fixed(best->efficiency, 2),
+                          ", so it is predicted ", format_fixed(best->speedup, 2),
+                          "× as fast to the target (needs ≥ ", format_fixed(1 + min_gain, 2), ")")
+                 : concat(phi, ": no batch above ", b0, " was measured");
+    return g;
+  }
+  const GoodputPoint* at = nullptr;
+  for (const GoodputPoint& p : g.curve)
+    if (p.batch == g.chosen) at = &p;
+  g.why = concat(phi, ": batch ", g.chosen, " runs ", format_fixed(at->samples_per_s / x0, 2),
+                 "× the samples/s of ", b0, " with each sample worth ",
+                 format_fixed(at->efficiency, 2), ": predicted ",
+                 format_fixed(g.predicted_speedup, 2), "× as fast to the target; learning rate ×",
+                 format_fixed(g.lr_multiplier, 2), " (gain ", format_fixed(g.gain, 2), ", ",
+                 g.rule, ")");
+  return g;
+}
+
+}  // namespace saturate
