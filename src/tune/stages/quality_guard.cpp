@@ -6,10 +6,12 @@
 // cannot judge, the plan falls back to the user's optimisation with the math-preserving
 // settings. The decisions are guard_rules.h's.
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
+#include "saturate/tune/goodput.h"
 #include "saturate/tune/guard_rules.h"
 #include "tune_state.h"
 
@@ -105,6 +107,21 @@ std::string inconclusive_why(const TuneState& s, int64_t samples, const RunConfi
          " (a larger --budget-s or --quality-samples buys longer runs)";
 }
 
+// A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
+// is judged against the reference at equal wall time, with the samples its measured throughput
+// buys in the reference's time (at most 8×). Any other candidate: `samples`.
+int64_t equal_time_samples(const TuneState& s, const RunConfig& c, int64_t samples) {
+  const GoodputChoice& g = s.plan.goodput;
+  if (!g.usable || c.train.batch_size != g.chosen || g.chosen <= g.b0) return samples;
+  double x0 = 0, x = 0;
+  for (const GoodputPoint& p : g.curve) {
+    if (p.batch == g.b0) x0 = p.samples_per_s;
+    if (p.batch == g.chosen) x = p.samples_per_s;
+  }
+  if (x0 <= 0 || x <= x0) return samples;
+  return static_cast<int64_t>(std::llround(static_cast<double>(samples) * std::min(x / x0, 8.0)));
+}
+
 // Trains each candidate in order; the first that passes is adopted. Returns the verdicts' text.
 std::string judge_candidates(TuneState& s, const std::vector<RunConfig>& candidates,
                              const QualityRun& b, const GuardTolerances& tol, int64_t samples) {
@@ -113,9 +130,12 @@ std::string judge_candidates(TuneState& s, const std::vector<RunConfig>& candida
   for (size_t i = 0; i < candidates.size(); ++i) {
     const RunConfig& c = candidates[i];
     s.check_stop();
-    const QualityRun t = s.runner.train_and_validate(c, samples);
+    const int64_t run_samples = equal_time_samples(s, c, samples);
+    const QualityRun t = s.runner.train_and_validate(c, run_samples);
     why << "; " << c.describe();
     if (c.train.lr > 0) why << ", lr " << format_fixed(c.train.lr, 6);  // 0: the program's own
+    if (run_samples != samples)
+      why << " (goodput's batch, at equal time: " << run_samples << " samples)";
     why << ": ";
     const GuardVerdict v = judge_candidate(b, t, tol, s.target_bytes());
     if (!v.fits) {

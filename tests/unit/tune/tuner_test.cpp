@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -644,6 +645,75 @@ TEST(Tuner, Issue14_AModelThatCannotRunChannelsLastKeepsItsLayoutAndTheTuneGoesO
   EXPECT_EQ(s.why.find("more"), std::string::npos) << "only the first line: " << s.why;
   EXPECT_EQ(p.config.train.memory_format, MemoryFormat::kContiguous);
   EXPECT_GT(p.config.train.batch_size, 64);  // the later stages still ran
+}
+
+}  // namespace saturate
+
+namespace saturate {
+namespace {
+
+// A runner whose gradients have a known noise scale φ: its micro-batched trials report φ, and
+// its quality runs make progress samples × (φ + 64)/(φ + B) (McCandlish's examples ratio), so
+// a larger batch needs more samples for the same metric but, being faster, not more time.
+class NoisyGradients : public TrialRunner {
+ public:
+  NoisyGradients(TrialRunner& inner, double phi) : inner_(inner), phi_(phi) {}
+  TrialOutcome run(const TrialRequest& r) override {
+    TrialOutcome t = inner_.run(r);
+    if (t.fits && r.config.train.accumulate > 1) {
+      NoiseScaleEstimate& n = t.measurement.noise;
+      n.phi = phi_;
+      n.low = 0.8 * phi_;
+      n.high = 1.25 * phi_;
+      n.steps = 50;
+      n.b_small = static_cast<double>(r.config.micro_batch());
+      n.b_big = static_cast<double>(r.config.train.batch_size);
+    }
+    return t;
+  }
+  double metric(int64_t batch, int64_t samples) const {
+    const double progress = static_cast<double>(samples) * (phi_ + 64) / (phi_ + batch);
+    return 0.9 * (1 - std::exp(-progress / 10000.0));
+  }
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
+    samples_by_batch[c.train.batch_size] = samples;
+    QualityRun q;
+    q.samples = samples;
+    q.validation_metric = metric(c.train.batch_size, samples);
+    q.final_loss = 1 - q.validation_metric;
+    return q;
+  }
+  bool measures_noise_scale() const override { return true; }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+  std::map<int64_t, int64_t> samples_by_batch;
+
+ private:
+  TrialRunner& inner_;
+  double phi_;
+};
+
+}  // namespace
+
+TEST(Tuner, Issue35_TheGuardJudgesGoodputsBatchAtEqualTimeNotEqualSamples) {
+  SimulatedDevice dev(gpu_like(), 35);
+  NoisyGradients runner(dev, /*phi=*/1000);
+  TuneOptions o = options();
+  o.precisions = {};
+  const Plan p = tune(runner, user(64), o);
+  ASSERT_TRUE(p.goodput.usable) << p.goodput.why;
+  const int64_t b = p.goodput.chosen;
+  ASSERT_GT(b, 64) << p.goodput.why;
+  // The bad case an equal-samples guard makes of it: a drop beyond the tolerance, rejected.
+  EXPECT_LT(runner.metric(b, o.quality_samples),
+            runner.metric(64, o.quality_samples) - o.quality_tolerance);
+  // At equal time the batch gets the samples its throughput buys, gets further, and is taken.
+  ASSERT_TRUE(runner.samples_by_batch.count(b)) << p.quality.why;
+  EXPECT_GT(runner.samples_by_batch[b], runner.samples_by_batch[64]) << p.quality.why;
+  EXPECT_EQ(p.quality.status, QualityStatus::kAccepted) << p.quality.why;
+  EXPECT_EQ(p.config.train.batch_size, b);
+  EXPECT_NE(p.quality.why.find("at equal time"), std::string::npos) << p.quality.why;
+  EXPECT_EQ(p.effective_batch, EffectiveBatchOutcome::kLrRescaled);
 }
 
 }  // namespace saturate
