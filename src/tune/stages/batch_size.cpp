@@ -45,8 +45,18 @@ NoiseScaleEstimate probe_noise(TuneState& s, std::string& kind) {
   c.train.batch_size = 4 * b0;
   c.train.accumulate = 4 * s.current.train.accumulate;
   c.train.noise_scale = true;
+  // Within a budget, the probe takes at most a quarter of what is left of the stages' share,
+  // at the user's measured samples/s; too few steps to resolve anything, and it is not run.
+  int64_t steps = s.o.noise_probe_steps;
+  const double sps = TuneState::sps(s.current_out);
+  if (s.o.budget_s > 0 && sps > 0) {
+    const double share_left = s.o.search_share * s.o.budget_s - s.elapsed_s();
+    const double step_s = static_cast<double>(c.train.batch_size) / sps;
+    steps = std::min<int64_t>(steps, static_cast<int64_t>(0.25 * share_left / step_s));
+  }
+  if (steps < 2 * kNoiseMinSteps) return {};
   s.check_stop();
-  const TrialOutcome t = s.runner.run({c, s.o.noise_probe_steps, 1});
+  const TrialOutcome t = s.runner.run({c, steps, 1});
   s.record("batch_size", "noise scale", c, t);
   if (!t.fits) return {};
   const bool adam = c.train.optimizer == OptimizerKind::kAdamW;
