@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/tune/goodput.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "saturate/core/error.h"
@@ -22,7 +23,7 @@ std::string gain_rule_name(OptimizerKind optimizer) {
 
 GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
                                 const NoiseScaleEstimate& noise, const std::string& noise_kind,
-                                OptimizerKind optimizer, double min_gain) {
+                                OptimizerKind optimizer, double min_gain, double credit) {
   GoodputChoice g;
   g.noise = noise;
   g.noise_kind = noise_kind;
@@ -45,7 +46,7 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
     return g;
   }
   g.usable = true;
-  g.phi_used = noise.low;
+  g.phi_used = std::min(noise.low, std::max(0.0, credit));
   for (const auto& [b, sps] : curve) {
     if (b < b0 || sps <= 0) continue;
     GoodputPoint p;
@@ -65,7 +66,8 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
       "φ " + (std::isfinite(noise.phi) ? format_fixed(noise.phi, 0) : std::string("∞")) +
       " (95%: " + format_fixed(noise.low, 0) + "–" +
       (std::isfinite(noise.high) ? format_fixed(noise.high, 0) : std::string("∞")) + ", " +
-      noise_kind + "), credited " + format_fixed(g.phi_used, 0);
+      noise_kind + "), credited " + format_fixed(g.phi_used, 0) +
+      (g.phi_used < noise.low ? " (what the guard's runs measured)" : "");
   if (g.chosen == b0) {
     // The best larger batch and why it does not pay.
     const GoodputPoint* best = nullptr;
@@ -89,6 +91,89 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
                  format_fixed(g.lr_multiplier, 2), " (gain ", format_fixed(g.gain, 2), ", ",
                  g.rule, ")");
   return g;
+}
+
+GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
+                           OptimizerKind optimizer) {
+  std::vector<std::pair<int64_t, double>> curve;
+  for (const GoodputPoint& p : g.curve)
+    if (p.batch < below) curve.emplace_back(p.batch, p.samples_per_s);
+  GoodputChoice next =
+      choose_by_goodput(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, phi);
+  // The whole measured curve stays on record, at the φ now credited.
+  double x0 = 0;
+  for (const GoodputPoint& p : g.curve)
+    if (p.batch == g.b0) x0 = p.samples_per_s;
+  next.curve = g.curve;
+  for (GoodputPoint& p : next.curve) {
+    p.efficiency = batch_efficiency(next.phi_used, static_cast<double>(g.b0),
+                                    static_cast<double>(p.batch));
+    p.speedup = x0 > 0 ? p.samples_per_s * p.efficiency / x0 : 0;
+  }
+  next.branches = g.branches;
+  return next;
+}
+
+namespace {
+
+// A run's loss after k steps as the guard defines its final loss: the mean of its last
+// max(1, k/5) losses. prefix[i] is the sum of the first i losses.
+double window_loss(const std::vector<double>& prefix, size_t k) {
+  const size_t w = std::max<size_t>(1, k / 5);
+  return (prefix[k] - prefix[k - w]) / static_cast<double>(w);
+}
+
+std::vector<double> prefix_sums(const std::vector<double>& v) {
+  std::vector<double> p(v.size() + 1, 0.0);
+  for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
+  return p;
+}
+
+}  // namespace
+
+MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& reference_losses,
+                                      int64_t b0, const std::vector<double>& losses,
+                                      int64_t batch) {
+  MeasuredEfficiency m;
+  if (losses.empty() || b0 <= 0 || batch <= 0) return m;
+  const std::vector<double> own = prefix_sums(losses);
+  const double final_loss = window_loss(own, losses.size());
+  if (!std::isfinite(final_loss)) {
+    m.diverged = true;
+    return m;
+  }
+  double reached_samples = 0;
+  int references = 0;
+  for (const std::vector<double>& ref : reference_losses) {
+    if (ref.empty()) continue;
+    const std::vector<double> p = prefix_sums(ref);
+    if (!std::isfinite(p.back())) continue;
+    // No further than the reference got in its first 5% of steps: the run made no progress,
+    // which is a broken learning rate rather than a noisy gradient.
+    const size_t early = std::max<size_t>(1, ref.size() / 20);
+    if (final_loss >= window_loss(p, early)) {
+      m.diverged = true;
+      return m;
+    }
+    size_t k = 1;
+    while (k <= ref.size() && window_loss(p, k) > final_loss) ++k;
+    if (k > ref.size()) {
+      m.at_least = true;
+      k = ref.size();
+    }
+    reached_samples += static_cast<double>(k) * static_cast<double>(b0);
+    ++references;
+  }
+  if (references == 0) return m;
+  const double samples = static_cast<double>(losses.size()) * static_cast<double>(batch);
+  m.efficiency = reached_samples / references / samples;
+  return m;
+}
+
+double phi_from_efficiency(double efficiency, double b0, double b) {
+  if (!(efficiency < 1)) return std::numeric_limits<double>::infinity();
+  if (efficiency <= b0 / b) return 0;
+  return (b * efficiency - b0) / (1 - efficiency);
 }
 
 }  // namespace saturate

@@ -479,6 +479,17 @@ json goodput_to_json(const GoodputChoice& g) {
                      {"samples_per_s", p.samples_per_s},
                      {"efficiency", p.efficiency},
                      {"predicted_speedup", p.speedup}});
+  json branches = json::array();
+  for (const GoodputBranch& b : g.branches)
+    branches.push_back({{"batch_size", b.batch},
+                        {"lr", b.lr},
+                        {"samples", b.samples},
+                        {"predicted_efficiency", b.predicted_efficiency},
+                        {"measured_efficiency", finite_or_null(b.measured_efficiency)},
+                        {"measured_is_lower_bound", b.at_least},
+                        {"diverged", b.diverged},
+                        {"accepted", b.accepted},
+                        {"phi_after", finite_or_null(b.phi_after)}});
   return {{"usable", g.usable},
           {"noise_scale",
            {{"phi", finite_or_null(n.phi)},
@@ -496,10 +507,12 @@ json goodput_to_json(const GoodputChoice& g) {
           {"lr_multiplier", g.lr_multiplier},
           {"lr_rule", g.rule},
           {"why", g.why},
-          {"curve", curve}};
+          {"curve", curve},
+          {"guard_branches", branches}};
 }
 
-// What later runs may read back (adaptive batch, reports); the curve stays in the file only.
+// What later runs may read back (adaptive batch, reports); the curve and the guard's branches
+// stay in the file only.
 GoodputChoice goodput_from_json(const FieldReader& r) {
   GoodputChoice g;
   g.usable = r.boolean("usable", false);

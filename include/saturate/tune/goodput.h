@@ -12,6 +12,7 @@
 //   if (g.chosen != 64) lr *= g.lr_multiplier;  // √r for AdamW, r for SGD
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,22 @@ struct GoodputPoint {
   double speedup = 1;     ///< predicted time to target at B0 over that at B
 };
 
+/// One batch the quality guard trained while searching the goodput curve: the efficiency it was
+/// chosen by, what its run measured, and the φ the search credited afterwards.
+struct GoodputBranch {
+  int64_t batch = 0;
+  double lr = 0;
+  int64_t samples = 0;  ///< training samples its run got (equal wall time with the reference)
+  double predicted_efficiency = 1;
+  /// The reference's samples to the same training loss over this run's samples; NaN: not
+  /// measured (no loss curve, or the run diverged).
+  double measured_efficiency = std::numeric_limits<double>::quiet_NaN();
+  bool at_least = false;  ///< the run went below the reference's last loss: a lower bound
+  bool diverged = false;  ///< non-finite, or no progress past the reference's first steps
+  bool accepted = false;
+  double phi_after = 0;   ///< the φ credited when choosing the next branch
+};
+
 struct GoodputChoice {
   bool usable = false;  ///< φ was resolved and B0 measured: the choice below stands
   std::string why;      ///< one line with the numbers, whichever way it went
@@ -41,7 +58,11 @@ struct GoodputChoice {
   double lr_multiplier = 1;  ///< r for SGD (AdaScale), √r for AdamW (AdaptDL's AdamScale)
   std::string rule;          ///< which of the two
   std::vector<GoodputPoint> curve;  ///< the batches ≥ B0 that were measured
+  std::vector<GoodputBranch> branches;  ///< what the quality guard trained, in order
 };
+
+/// The most batches the quality guard trains along the goodput curve before it falls back.
+inline constexpr int kGoodputMaxBranches = 3;
 
 /// A larger batch must be predicted at least this much faster to the target (AdaptDL's 5%).
 inline constexpr double kGoodputMinGain = 0.05;
@@ -49,10 +70,35 @@ inline constexpr double kGoodputMinGain = 0.05;
 /// Picks among `curve` (measured samples/s by batch; only batches ≥ b0 are candidates, as in
 /// AdaptDL) the batch with the highest predicted goodput at φ = noise.low, also when the
 /// interval has no upper end. Not usable with fewer than kNoiseMinSteps measured steps, without
-/// a lower bound, or when b0 has no measurement; the why then says which.
+/// a lower bound, or when b0 has no measurement; the why then says which. `credit`: a ceiling on
+/// the φ credited (what a guard run measured), below the interval's lower end.
 GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
                                 const NoiseScaleEstimate& noise, const std::string& noise_kind,
-                                OptimizerKind optimizer, double min_gain = kGoodputMinGain);
+                                OptimizerKind optimizer, double min_gain = kGoodputMinGain,
+                                double credit = std::numeric_limits<double>::infinity());
+
+/// The guard's next step after rejecting batch `below`: the choice again among the measured
+/// batches smaller than it, crediting at most `phi`.
+GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
+                           OptimizerKind optimizer);
+
+/// A guard run's statistical efficiency against the reference's, from their training-loss
+/// curves (loss per step). A run's loss at k steps is the mean of its last max(1, k/5) losses
+/// (the guard's final-loss definition); the efficiency is the samples the reference needed to
+/// reach the candidate's final loss (the mean over the reference's seeds) over the candidate's
+/// samples.
+struct MeasuredEfficiency {
+  double efficiency = std::numeric_limits<double>::quiet_NaN();  ///< NaN: no curves
+  bool at_least = false;  ///< the candidate went below every reference loss: a lower bound
+  bool diverged = false;  ///< non-finite, or not below the reference's loss after its first 5%
+};
+MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& reference_losses,
+                                      int64_t b0, const std::vector<double>& losses,
+                                      int64_t batch);
+
+/// The φ at which E(b) = (φ + b0)/(φ + b) equals `efficiency`: 0 at or below b0/b, +inf at or
+/// above 1.
+double phi_from_efficiency(double efficiency, double b0, double b);
 
 /// The LR multiplier of the gain rule for `optimizer` at gain r: r for SGD, √r for AdamW.
 double gain_lr_multiplier(double gain, OptimizerKind optimizer);

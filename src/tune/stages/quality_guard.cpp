@@ -4,19 +4,26 @@
 // (first the effective-batch change undone, then the precision), compared on held-out data. The
 // first candidate that passes is the plan; when none does, or the runs cannot be afforded or
 // cannot judge, the plan falls back to the user's optimisation with the math-preserving
-// settings. The decisions are guard_rules.h's.
+// settings. A batch chosen by goodput is judged at equal wall time and, when rejected, the
+// guard searches down the goodput curve with φ corrected by what the run measured (at most
+// kGoodputMaxBranches batches) before undoing the batch change. The decisions are
+// guard_rules.h's and goodput.h's.
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "saturate/core/error.h"
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/tune/goodput.h"
 #include "saturate/tune/guard_rules.h"
+#include "saturate/tune/effective_batch.h"
 #include "tune_state.h"
 
 namespace saturate::tune_detail {
 namespace {
+
+using detail::concat;
 
 // The fall-back: the user's optimisation, measured, with why the guard gave up.
 void give_up(TuneState& s, const RunConfig& ref, QualityStatus status, const std::string& why,
@@ -52,6 +59,36 @@ std::vector<RunConfig> candidates_for(const TuneState& s, const RunConfig& ref) 
   return out;
 }
 
+// A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
+// is judged against the reference at equal wall time, with the samples its measured throughput
+// buys in the reference's time (at most 8×). Any other candidate: `samples`.
+int64_t equal_time_samples(const GoodputChoice& g, const RunConfig& c, int64_t samples) {
+  if (!g.usable || c.train.batch_size <= g.b0 || c.train.accumulate != 1) return samples;
+  double x0 = 0, x = 0;
+  for (const GoodputPoint& p : g.curve) {
+    if (p.batch == g.b0) x0 = p.samples_per_s;
+    if (p.batch == c.train.batch_size) x = p.samples_per_s;
+  }
+  if (x0 <= 0 || x <= x0) return samples;
+  return static_cast<int64_t>(std::llround(static_cast<double>(samples) * std::min(x / x0, 8.0)));
+}
+
+// The candidate is the batch goodput took (the batch stage's change, not a later stage's).
+bool is_goodput_candidate(const TuneState& s, const RunConfig& c) {
+  const GoodputChoice& g = s.plan.goodput;
+  return g.usable && g.chosen > g.b0 && c.train.batch_size == g.chosen &&
+         s.plan.effective_batch == EffectiveBatchOutcome::kLrRescaled;
+}
+
+// The guard's other runs can search this many more batches below goodput's first choice: the
+// measured batches between the user's and it that were predicted to pay.
+int extra_goodput_branches(const GoodputChoice& g) {
+  int n = 0;
+  for (const GoodputPoint& p : g.curve)
+    if (p.batch > g.b0 && p.batch < g.chosen && p.speedup >= 1 + kGoodputMinGain) ++n;
+  return std::min(n, kGoodputMaxBranches - 1);
+}
+
 // The runs' cost from what was measured; a configuration not measured yet is assumed as slow
 // as the slowest one that was.
 GuardCost cost_of(const TuneState& s, const RunConfig& ref, const std::vector<RunConfig>& cands) {
@@ -66,11 +103,19 @@ GuardCost cost_of(const TuneState& s, const RunConfig& ref, const std::vector<Ru
   };
   cost.seconds_per_sample = 2.0 * seconds_per_sample_of(ref);  // the baseline's two seeds
   cost.largest_batch = ref.train.batch_size;
+  int extra = 0;
   for (const RunConfig& c : cands) {
-    cost.seconds_per_sample += seconds_per_sample_of(c);
+    // Goodput's batch runs as long as the reference (equal time), and so may each batch the
+    // search tries below it.
+    if (is_goodput_candidate(s, c)) {
+      extra = extra_goodput_branches(s.plan.goodput);
+      cost.seconds_per_sample += (1 + extra) * seconds_per_sample_of(ref);
+    } else {
+      cost.seconds_per_sample += seconds_per_sample_of(c);
+    }
     cost.largest_batch = std::max(cost.largest_batch, c.train.batch_size);
   }
-  cost.runs = static_cast<int>(2 + cands.size());
+  cost.runs = static_cast<int>(2 + cands.size()) + extra;
   return cost;
 }
 
@@ -107,61 +152,136 @@ std::string inconclusive_why(const TuneState& s, int64_t samples, const RunConfi
          " (a larger --budget-s or --quality-samples buys longer runs)";
 }
 
-// A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
-// is judged against the reference at equal wall time, with the samples its measured throughput
-// buys in the reference's time (at most 8×). Any other candidate: `samples`.
-int64_t equal_time_samples(const TuneState& s, const RunConfig& c, int64_t samples) {
-  const GoodputChoice& g = s.plan.goodput;
-  if (!g.usable || c.train.batch_size != g.chosen || g.chosen <= g.b0) return samples;
-  double x0 = 0, x = 0;
-  for (const GoodputPoint& p : g.curve) {
-    if (p.batch == g.b0) x0 = p.samples_per_s;
-    if (p.batch == g.chosen) x = p.samples_per_s;
+// One candidate's guard run, judged against the baseline; the verdict's text goes to `why`.
+struct Judged {
+  QualityRun run;
+  GuardVerdict verdict;
+  int64_t samples = 0;
+};
+
+Judged judge_one(TuneState& s, const RunConfig& c, const QualityRun& b, const GuardTolerances& tol,
+                 int64_t samples, std::ostringstream& why) {
+  s.check_stop();
+  Judged j;
+  j.samples = equal_time_samples(s.plan.goodput, c, samples);
+  j.run = s.runner.train_and_validate(c, j.samples);
+  const QualityRun& t = j.run;
+  why << "; " << c.describe();
+  if (c.train.lr > 0) why << ", lr " << format_fixed(c.train.lr, 6);  // 0: the program's own
+  if (j.samples != samples) why << " (by goodput, at equal time: " << j.samples << " samples)";
+  why << ": ";
+  j.verdict = judge_candidate(b, t, tol, s.target_bytes());
+  if (!j.verdict.fits) {
+    why << "rejected (" << j.verdict.reasons() << ")";
+    return j;
   }
-  if (x0 <= 0 || x <= x0) return samples;
-  return static_cast<int64_t>(std::llround(static_cast<double>(samples) * std::min(x / x0, 8.0)));
+  why << s.plan.quality.metric << " " << shown(t.validation_metric, t.metric_is_share) << " vs "
+      << shown(b.validation_metric, b.metric_is_share) << ", loss "
+      << format_fixed(t.final_loss, 4) << " vs " << format_fixed(b.final_loss, 4);
+  why << (j.verdict.accepted() ? ": accepted" : ": rejected (" + j.verdict.reasons() + ")");
+  return j;
+}
+
+void accept(TuneState& s, const RunConfig& c, const QualityRun& t) {
+  QualityCheck& q = s.plan.quality;
+  q.accepted = true;
+  q.status = QualityStatus::kAccepted;
+  q.tuned = t.validation_metric;
+  q.tuned_loss = t.final_loss;
+  q.tuned_losses = t.losses;
+  s.plan.tuned.validation_metric = t.validation_metric;
+  s.plan.tuned.final_loss = t.final_loss;
+  s.adopt(c, s.measured(c, "quality_guard"));
+}
+
+// What a goodput branch measured, in the guard's words, with the φ the search goes on with.
+GoodputBranch measure_branch(const GoodputChoice& g, const RunConfig& c, const Judged& j,
+                             const QualityRun& b, const QualityRun& b2, std::ostringstream& why) {
+  GoodputBranch br;
+  br.batch = c.train.batch_size;
+  br.lr = c.train.lr;
+  br.samples = j.samples;
+  br.accepted = j.verdict.accepted();
+  br.predicted_efficiency = batch_efficiency(g.phi_used, static_cast<double>(g.b0),
+                                             static_cast<double>(br.batch));
+  const MeasuredEfficiency m = measure_efficiency({b.losses, b2.losses}, g.b0, j.run.losses,
+                                                  br.batch);
+  br.measured_efficiency = m.efficiency;
+  br.at_least = m.at_least;
+  br.diverged = m.diverged || !j.verdict.fits;
+  br.phi_after = g.phi_used;
+  why << " (efficiency predicted " << format_fixed(br.predicted_efficiency, 2) << ", measured ";
+  if (br.diverged) {
+    why << "none: it diverged or made no progress, a learning rate the batch cannot take)";
+    return br;
+  }
+  if (!std::isfinite(m.efficiency)) {
+    why << "unknown: no loss curve)";
+    return br;
+  }
+  why << (m.at_least ? "≥ " : "") << format_fixed(m.efficiency, 2);
+  if (!br.accepted && !m.at_least) {
+    br.phi_after = std::min(g.phi_used, phi_from_efficiency(m.efficiency, static_cast<double>(g.b0),
+                                                            static_cast<double>(br.batch)));
+    why << ", so φ is credited " << format_fixed(br.phi_after, 0);
+  }
+  why << ")";
+  return br;
+}
+
+// The guard's search along the goodput curve: goodput's batch first, at equal time; a rejected
+// batch moves the search to the best smaller batch on the curve, at the φ its run measured
+// (unchanged when it diverged: the learning rate failed, not the noise estimate). Returns
+// whether a batch was accepted.
+bool search_goodput(TuneState& s, const QualityRun& b, const QualityRun& b2,
+                    const GuardTolerances& tol, int64_t samples, std::ostringstream& why) {
+  GoodputChoice& g = s.plan.goodput;
+  const RunConfig first = s.current;
+  RunConfig c = first;
+  for (int i = 0; i < kGoodputMaxBranches && s.left_s() > 0; ++i) {
+    const Judged j = judge_one(s, c, b, tol, samples, why);
+    g.branches.push_back(measure_branch(g, c, j, b, b2, why));
+    if (j.verdict.accepted()) {
+      if (i > 0)
+        s.set_effective_batch(
+            EffectiveBatchOutcome::kLrRescaled,
+            concat("batch ", g.b0, " → ", g.chosen, " by goodput after the quality guard "
+                   "rejected batch ", g.branches.front().batch, ": ", g.why));
+      accept(s, c, j.run);
+      return true;
+    }
+    g = choose_below(g, c.train.batch_size, g.branches.back().phi_after, s.base.train.optimizer);
+    if (!g.usable || g.chosen <= g.b0) break;
+    c = goodput_batch(first, s.base, g).config;
+  }
+  if (g.chosen > g.b0)
+    g.why = concat("the search stopped after ", g.branches.size(), " batches (",
+                   s.left_s() > 0 ? "its limit" : "the budget", ")");
+  why << "; no batch on the goodput curve passed: " << g.why;
+  g.chosen = g.b0;
+  g.predicted_speedup = g.gain = g.lr_multiplier = 1;
+  return false;
 }
 
 // Trains each candidate in order; the first that passes is adopted. Returns the verdicts' text.
 std::string judge_candidates(TuneState& s, const std::vector<RunConfig>& candidates,
-                             const QualityRun& b, const GuardTolerances& tol, int64_t samples) {
-  QualityCheck& q = s.plan.quality;
+                             const QualityRun& b, const QualityRun& b2,
+                             const GuardTolerances& tol, int64_t samples) {
   std::ostringstream why;
-  for (size_t i = 0; i < candidates.size(); ++i) {
+  size_t i = 0;
+  if (is_goodput_candidate(s, candidates[0])) {
+    if (search_goodput(s, b, b2, tol, samples, why)) return why.str();
+    i = 1;
+  }
+  for (; i < candidates.size(); ++i) {
     const RunConfig& c = candidates[i];
-    s.check_stop();
-    const int64_t run_samples = equal_time_samples(s, c, samples);
-    const QualityRun t = s.runner.train_and_validate(c, run_samples);
-    why << "; " << c.describe();
-    if (c.train.lr > 0) why << ", lr " << format_fixed(c.train.lr, 6);  // 0: the program's own
-    if (run_samples != samples)
-      why << " (goodput's batch, at equal time: " << run_samples << " samples)";
-    why << ": ";
-    const GuardVerdict v = judge_candidate(b, t, tol, s.target_bytes());
-    if (!v.fits) {
-      why << "rejected (" << v.reasons() << ")";
-      continue;
-    }
-    why << q.metric << " " << shown(t.validation_metric, t.metric_is_share) << " vs "
-        << shown(b.validation_metric, b.metric_is_share) << ", loss "
-        << format_fixed(t.final_loss, 4) << " vs " << format_fixed(b.final_loss, 4);
-    if (!v.accepted()) {
-      why << ": rejected (" << v.reasons() << ")";
-      continue;
-    }
-    q.accepted = true;
-    q.status = QualityStatus::kAccepted;
-    q.tuned = t.validation_metric;
-    q.tuned_loss = t.final_loss;
-    q.tuned_losses = t.losses;
-    s.plan.tuned.validation_metric = t.validation_metric;
-    s.plan.tuned.final_loss = t.final_loss;
-    why << ": accepted";
+    const Judged j = judge_one(s, c, b, tol, samples, why);
+    if (!j.verdict.accepted()) continue;
     if (i > 0)
       s.set_effective_batch(c.train.accumulate > 1 ? EffectiveBatchOutcome::kKept
                                                    : EffectiveBatchOutcome::kUnchanged,
                             "the quality guard rejected the rescaled batch");
-    s.adopt(c, s.measured(c, "quality_guard"));
+    accept(s, c, j.run);
     break;
   }
   return why.str();
@@ -233,7 +353,7 @@ void quality_guard(TuneState& s) {
       << shown_diff(q.metric_noise, b.metric_is_share) << ", loss " << pct(q.loss_noise)
       << ": rejects a drop of " << q.metric << " above "
       << shown_diff(tol.metric, b.metric_is_share) << " or a loss rise above " << pct(tol.loss)
-      << judge_candidates(s, candidates, b, tol, z.samples);
+      << judge_candidates(s, candidates, b, b2, tol, z.samples);
   if (!q.accepted) {
     q.tuned = b.validation_metric;
     q.tuned_loss = b.final_loss;

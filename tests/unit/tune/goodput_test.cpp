@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -107,4 +108,79 @@ TEST(Goodput, TheChosenBatchGetsTheGainScaledLrAndAWarmUp) {
 }
 
 }  // namespace
+// A training-loss curve whose expected loss falls with progress p (samples at b0's worth) as
+// 0.2 + 2.1·exp(−p/20000), with a batch of `batch` making progress E per sample and
+// per-step noise of sd 0.05/√(batch/64): what the guard's runs look like, with the efficiency
+// known.
+std::vector<double> loss_curve(int64_t batch, int64_t samples, double efficiency, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise01(0.0, 1.0);
+  std::vector<double> losses;
+  const double sd = 0.05 / std::sqrt(static_cast<double>(batch) / 64.0);
+  for (int64_t k = 1; k * batch <= samples; ++k) {
+    const double progress = static_cast<double>(k * batch) * efficiency;
+    losses.push_back(0.2 + 2.1 * std::exp(-progress / 20000.0) + sd * noise01(rng));
+  }
+  return losses;
+}
+
+TEST(Goodput, Issue35_MeasuredEfficiencyRecoversAKnownEfficiencyFromLossCurves) {
+  const std::vector<std::vector<double>> ref = {loss_curve(64, 40000, 1.0, 1),
+                                                loss_curve(64, 40000, 1.0, 2)};
+  for (const double truth : {0.3, 0.55, 0.8}) {
+    // Samples that take it to 90% of the reference's progress, so the curves cross.
+    const auto samples = static_cast<int64_t>(0.9 * 40000 / truth);
+    const MeasuredEfficiency m =
+        measure_efficiency(ref, 64, loss_curve(512, samples, truth, 3), 512);
+    ASSERT_FALSE(m.diverged) << truth;
+    EXPECT_FALSE(m.at_least) << truth;
+    EXPECT_NEAR(m.efficiency, truth, 0.1 * truth) << truth;
+  }
+  // A run that goes further than the reference ever did: only a lower bound.
+  const MeasuredEfficiency far = measure_efficiency(ref, 64, loss_curve(256, 160000, 0.9, 4), 256);
+  EXPECT_TRUE(far.at_least);
+  EXPECT_NEAR(far.efficiency, 40000.0 / 160000.0, 0.01);
+}
+
+TEST(Goodput, Issue35_ARunThatDivergesOrNeverLearnsIsNotAnEfficiency) {
+  const std::vector<std::vector<double>> ref = {loss_curve(64, 40000, 1.0, 1)};
+  std::vector<double> nan_run = loss_curve(512, 80000, 0.5, 2);
+  nan_run.back() = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(measure_efficiency(ref, 64, nan_run, 512).diverged);
+  // Stuck at the starting loss (a learning rate that blew the weights up, then plateaued).
+  const std::vector<double> stuck(150, 2.3);
+  EXPECT_TRUE(measure_efficiency(ref, 64, stuck, 512).diverged);
+  EXPECT_TRUE(std::isnan(measure_efficiency(ref, 64, {}, 512).efficiency));
+}
+
+TEST(Goodput, Issue35_PhiFromEfficiencyInvertsTheEfficiencyCurve) {
+  for (const double phi : {10.0, 100.0, 1000.0}) {
+    const double e = batch_efficiency(phi, 64, 512);
+    EXPECT_NEAR(phi_from_efficiency(e, 64, 512), phi, 1e-6 * phi);
+  }
+  EXPECT_EQ(phi_from_efficiency(0.05, 64, 512), 0.0);  // below B0/B: nothing gained
+  EXPECT_TRUE(std::isinf(phi_from_efficiency(1.2, 64, 512)));
+}
+
+TEST(Goodput, Issue35_TheSearchGoesDownTheCurveAtTheCorrectedPhi) {
+  // φ measured 2000 (low end 1500) takes 512; the guard's run then measured E(512) = 0.3, i.e.
+  // φ = (512·0.3 − 64)/0.7 = 128.
+  const GoodputChoice g =
+      choose_by_goodput(kCurve, 64, noise(2000, 1500, 2600), "raw", OptimizerKind::kSgd);
+  ASSERT_EQ(g.chosen, 512) << g.why;
+  const double phi = phi_from_efficiency(0.3, 64, 512);
+  EXPECT_NEAR(phi, 128, 1e-9);
+  const GoodputChoice next = choose_below(g, 512, phi, OptimizerKind::kSgd);
+  ASSERT_TRUE(next.usable);
+  EXPECT_EQ(next.phi_used, phi);
+  // At φ 128: 128 gives 1.9 × 192/256 = 1.43, 256 gives 3.0 × 192/384 = 1.5.
+  EXPECT_EQ(next.chosen, 256) << next.why;
+  EXPECT_NEAR(next.predicted_speedup, 1.5, 1e-9);
+  EXPECT_NEAR(next.gain, 256.0 * 192.0 / (64.0 * 384.0), 1e-9);
+  EXPECT_NE(next.why.find("what the guard's runs measured"), std::string::npos) << next.why;
+  EXPECT_EQ(next.curve.size(), g.curve.size()) << "the whole curve stays on record";
+  // Nothing left below 128 but the user's batch: the search ends there.
+  EXPECT_EQ(choose_below(g, 128, phi, OptimizerKind::kSgd).chosen, 64);
+}
+
 }  // namespace saturate

@@ -92,6 +92,77 @@ TEST(QualityGuardReal, Issue13_AcceptsAHarmlessSquareRootRescaleForAdamW) {
   EXPECT_GE(plan.quality.tuned, plan.quality.baseline - plan.quality.tolerance);
 }
 
+// The real runner's training, with the throughput a GPU would show (a fixed 2 ms per step and
+// 10 µs per sample, so samples/s rises ×7.6 from batch 16 to 256) and a probe that reports a
+// large gradient noise scale (4000), as a large model's would: goodput then takes the
+// throughput-best batch. Whether a batch's gain-scaled learning rate trains or diverges is what
+// the real runs say.
+class GpuLikeThroughput : public TrialRunner {
+ public:
+  explicit GpuLikeThroughput(TrialRunner& inner) : inner_(inner) {}
+  TrialOutcome run(const TrialRequest& r) override {
+    TrialOutcome t = inner_.run(r);
+    if (!t.fits) return t;
+    const auto b = static_cast<double>(r.config.train.batch_size);
+    Measurement& m = t.measurement;
+    m.samples_per_s = b / (2e-3 + 1e-5 * b);
+    for (double& v : m.step_samples_per_s) v = m.samples_per_s;
+    m.spread = 0;
+    if (r.config.train.accumulate > 1) {
+      m.noise.phi = 4000;
+      m.noise.low = 3000;
+      m.noise.high = 5500;
+      m.noise.steps = std::max<int64_t>(m.noise.steps, 50);
+    }
+    return t;
+  }
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
+    return inner_.train_and_validate(c, samples);
+  }
+  bool measures_noise_scale() const override { return true; }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+
+ private:
+  TrialRunner& inner_;
+};
+
+TEST(QualityGuardReal, Issue35_WhenTheThroughputBestBatchDivergesTheGuardTakesASmallerOne) {
+  Fixture f = open_fmnist();
+  GpuLikeThroughput runner(*f.runner);
+  RunConfig base;
+  base.train.batch_size = 16;
+  base.threads = 1;
+  base.train.optimizer = OptimizerKind::kSgd;
+  base.train.lr = 0.05;  // momentum 0.9; the gain rule makes it ≈ 0.75 at batch 256, which
+                         // blows up on this MLP (0.8 does in `train`), ≈ 0.2 at 64, which trains
+  TuneOptions o;
+  o.effective_batch = EffectiveBatch::kAuto;
+  o.quality_samples = 8192;
+  o.search.max_batch = 256;
+  o.measure_steps = 3;
+  const Plan plan = tune(runner, base, o);
+  std::string stages;
+  for (const PlanStage& s : plan.stages) stages += "\n" + s.name + ": " + s.why;
+  ASSERT_TRUE(plan.goodput.usable) << plan.goodput.why << stages;
+  ASSERT_GE(plan.goodput.branches.size(), 2u) << plan.quality.why << stages;
+  const GoodputBranch& first = plan.goodput.branches.front();
+  EXPECT_EQ(first.batch, 256) << plan.quality.why;
+  EXPECT_TRUE(first.diverged) << plan.quality.why;
+  EXPECT_NE(plan.quality.why.find("it diverged or made no progress"), std::string::npos)
+      << plan.quality.why;
+  EXPECT_FALSE(first.accepted);
+  ASSERT_EQ(plan.quality.status, QualityStatus::kAccepted) << plan.quality.why;
+  // Not the user's batch: a smaller batch on the curve that passed.
+  EXPECT_GT(plan.config.train.batch_size, 16) << plan.quality.why;
+  EXPECT_LT(plan.config.train.batch_size, 256) << plan.quality.why;
+  EXPECT_TRUE(plan.goodput.branches.back().accepted);
+  EXPECT_EQ(plan.goodput.branches.back().batch, plan.config.train.batch_size);
+  EXPECT_GT(plan.config.train.lr, 0.05);
+  EXPECT_GT(plan.quality.baseline, 0.6) << "the baseline learned something";
+  EXPECT_GE(plan.quality.tuned, plan.quality.baseline - plan.quality.tolerance);
+}
+
 // Issue 34 (defect 4): the user's --eval-every ran inside tune's trials and guard runs, at a
 // cost the budget never sized. A trial evaluates nothing; a guard run only at its end.
 TEST(TorchTrialRunnerReal, Issue34_EvalEveryStaysOutOfTrialsAndGuardRuns) {

@@ -657,7 +657,9 @@ namespace {
 // a larger batch needs more samples for the same metric but, being faster, not more time.
 class NoisyGradients : public TrialRunner {
  public:
-  NoisyGradients(TrialRunner& inner, double phi) : inner_(inner), phi_(phi) {}
+  // `phi` is what its probe steps report, `truth` what its quality runs follow.
+  NoisyGradients(TrialRunner& inner, double phi, double truth = -1)
+      : inner_(inner), phi_(phi), truth_(truth < 0 ? phi : truth) {}
   TrialOutcome run(const TrialRequest& r) override {
     TrialOutcome t = inner_.run(r);
     if (t.fits && r.config.train.accumulate > 1) {
@@ -672,14 +674,16 @@ class NoisyGradients : public TrialRunner {
     return t;
   }
   double metric(int64_t batch, int64_t samples) const {
-    const double progress = static_cast<double>(samples) * (phi_ + 64) / (phi_ + batch);
+    const double progress = static_cast<double>(samples) * (truth_ + 64) / (truth_ + batch);
     return 0.9 * (1 - std::exp(-progress / 10000.0));
   }
   QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
-    samples_by_batch[c.train.batch_size] = samples;
+    const int64_t b = c.train.batch_size;
+    samples_by_batch[b] = samples;
     QualityRun q;
     q.samples = samples;
-    q.validation_metric = metric(c.train.batch_size, samples);
+    q.validation_metric = metric(b, samples);
+    for (int64_t k = 1; k * b <= samples; ++k) q.losses.push_back(1 - metric(b, k * b));
     q.final_loss = 1 - q.validation_metric;
     return q;
   }
@@ -691,6 +695,7 @@ class NoisyGradients : public TrialRunner {
  private:
   TrialRunner& inner_;
   double phi_;
+  double truth_;
 };
 
 }  // namespace
@@ -714,6 +719,47 @@ TEST(Tuner, Issue35_TheGuardJudgesGoodputsBatchAtEqualTimeNotEqualSamples) {
   EXPECT_EQ(p.config.train.batch_size, b);
   EXPECT_NE(p.quality.why.find("at equal time"), std::string::npos) << p.quality.why;
   EXPECT_EQ(p.effective_batch, EffectiveBatchOutcome::kLrRescaled);
+}
+
+// The probe over-states φ (4000 where the runs follow 600): goodput's first batch is judged at
+// equal time and loses; its run measures the efficiency, which corrects φ, and the search goes
+// down the curve to a batch that does pay rather than back to the user's.
+TEST(Tuner, Issue35_TheGuardSearchesDownTheCurveWithTheMeasuredEfficiency) {
+  SimulatedDevice dev(gpu_like(), 35);
+  const double truth = 600;
+  NoisyGradients runner(dev, /*phi=*/4000, truth);
+  TuneOptions o = options();
+  o.precisions = {};
+  const Plan p = tune(runner, user(64), o);
+  ASSERT_TRUE(p.goodput.usable) << p.goodput.why;
+  ASSERT_GE(p.goodput.branches.size(), 2u) << p.quality.why;
+  const GoodputBranch& first = p.goodput.branches[0];
+  EXPECT_FALSE(first.accepted) << p.quality.why;
+  EXPECT_FALSE(first.diverged);
+  // The truth the runner follows, against what the guard measured from the loss curves.
+  const double e = (truth + 64) / (truth + static_cast<double>(first.batch));
+  EXPECT_NEAR(first.measured_efficiency, e, 0.1 * e) << p.quality.why;
+  EXPECT_LT(first.phi_after, 2 * truth) << p.quality.why;
+  const GoodputBranch& last = p.goodput.branches.back();
+  EXPECT_LT(last.batch, first.batch);
+  std::string stages;
+  for (const PlanStage& st : p.stages) stages += "\n" + st.name + ": " + st.why;
+  if (last.accepted) {
+    EXPECT_EQ(p.config.train.batch_size, last.batch);
+    EXPECT_GT(last.batch, 64);
+    EXPECT_EQ(p.quality.status, QualityStatus::kAccepted) << p.quality.why;
+    EXPECT_EQ(p.goodput.chosen, last.batch);
+    EXPECT_NE(p.effective_batch_why.find("after the quality guard rejected batch " +
+                                         std::to_string(first.batch)),
+              std::string::npos)
+        << p.effective_batch_why;
+    EXPECT_NE(p.quality.why.find("so φ is credited"), std::string::npos) << p.quality.why;
+    // At the truth the accepted batch does reach at least the user's metric in the same time.
+    EXPECT_GE(runner.metric(last.batch, last.samples),
+              runner.metric(64, runner.samples_by_batch[64]) - o.quality_tolerance);
+  } else {
+    ADD_FAILURE() << "no batch accepted: " << p.quality.why << stages;
+  }
 }
 
 }  // namespace saturate
