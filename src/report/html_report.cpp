@@ -241,6 +241,14 @@ constexpr const char* kScript = R"JS(
     gt.appendChild(el('p', 'Gradient noise scale ' + fmt(n.phi, 0) + ' (95%: ' + fmt(n.low, 0) + '–' +
                    (n.high === null ? '∞' : fmt(n.high, 0)) + ', ' + n.kind + ', ' + n.steps +
                    ' steps of ' + n.b_small + ' vs ' + n.b_big + ' samples). ' + g.why));
+    // What the quality guard trained along the curve: predicted against measured efficiency.
+    (g.guard_branches || []).forEach(function (b) {
+      var measured = b.diverged ? 'diverged' : b.measured_efficiency === null ? 'not measured' :
+          (b.measured_is_lower_bound ? '≥ ' : '') + fmt(b.measured_efficiency, 2);
+      gt.appendChild(el('p', 'Guard: batch ' + b.batch_size + ', ' + b.samples + ' samples at equal time: ' +
+          (b.accepted ? 'accepted' : 'rejected') + '; efficiency predicted ' + fmt(b.predicted_efficiency, 2) +
+          ', measured ' + measured + (b.accepted ? '' : '; φ then credited ' + fmt(b.phi_after, 0)) + '.'));
+    });
     if (g.curve && g.curve.length > 1) {
       chart('chart-goodput', {
         data: { x: 'batch', columns: [['batch'].concat(g.curve.map(function (p) { return p.batch_size; })),

@@ -80,21 +80,22 @@ void add_results(const TrainReport& r, json& j) {
                    {"seen", nan_to_null(s.target_seen)}};
   j["gns"] = noise_scale_to_json(s.noise);
   if (s.noise_precond.steps > 0) j["gns"]["preconditioned"] = noise_scale_to_json(s.noise_precond);
+  if (r.options.adaptive_batch) {
+    json changes = json::array();
+    for (const BatchChange& c : s.batch_changes)
+      changes.push_back({{"step", c.step},
+                         {"from", c.from},
+                         {"to", c.to},
+                         {"phi", c.phi},
+                         {"gain", c.gain},
+                         {"lr_multiplier", c.lr_multiplier},
+                         {"predicted_speedup", c.predicted_speedup},
+                         {"why", c.why}});
+    j["adaptive_batch"] = {{"changes", changes}};
+  }
 }
 
 }  // namespace
-
-json noise_scale_to_json(const NoiseScaleEstimate& e) {
-  if (e.steps == 0) return nullptr;
-  auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
-  return {{"phi", number(e.phi)},
-          {"low", number(e.low)},
-          {"high", number(e.high)},
-          {"resolved", e.is_resolved()},
-          {"steps", e.steps},
-          {"b_small", e.b_small},
-          {"b_big", e.b_big}};
-}
 
 std::string describe_noise_scale(const NoiseScaleEstimate& e) {
   if (e.steps == 0) return "not measured";
@@ -193,6 +194,15 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
     row("noise scale", describe_noise_scale(s.noise));
     if (s.noise_precond.steps > 0)
       row("noise (Adam)", describe_noise_scale(s.noise_precond) + ", preconditioned as AdamW steps");
+  }
+  if (o.adaptive_batch) {
+    std::string changes;
+    for (const BatchChange& c : s.batch_changes)
+      changes += (changes.empty() ? "" : ", ") + std::to_string(c.to) + " at step " +
+                 std::to_string(c.step) + " (lr ×" + format_fixed(c.lr_multiplier, 2) + ")";
+    row("adaptive batch", changes.empty() ? "stayed at " + std::to_string(o.batch_size) +
+                                                " (no doubling was predicted to pay)"
+                                          : std::to_string(o.batch_size) + " → " + changes);
   }
   if (!o.target_metric.empty()) {
     const std::string goal = o.target_metric + (o.target_metric == "val_accuracy" ? " ≥ " : " ≤ ") +

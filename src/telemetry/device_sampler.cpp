@@ -135,6 +135,11 @@ void SampledSink::on_eval(int64_t step, const std::string& metric, double value)
   downstream_.on_eval(step, metric, value);
 }
 
+void SampledSink::on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                                  const std::string& why) {
+  downstream_.on_batch_change(step, batch, lr_multiplier, why);
+}
+
 void SampledSink::on_checkpoint(int64_t steps_done) {
   deliver();
   downstream_.on_checkpoint(steps_done);

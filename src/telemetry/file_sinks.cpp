@@ -11,6 +11,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
+#include "saturate/core/units.h"
 
 namespace saturate {
 
@@ -124,6 +125,19 @@ void JsonlSink::on_device_sample(int64_t step, const DeviceSample& s) {
 
 void JsonlSink::on_checkpoint(int64_t) { std::fflush(file_); }
 
+void JsonlSink::on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                                const std::string& why) {
+  const std::string line = nlohmann::json{{"type", "batch_change"},
+                                          {"step", step},
+                                          {"batch_size", batch},
+                                          {"lr_multiplier", lr_multiplier},
+                                          {"why", why}}
+                               .dump() +
+                           "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
 void JsonlSink::on_end() { std::fflush(file_); }
 
 TraceSink::TraceSink(const std::string& path, int track, std::string track_name)
@@ -154,6 +168,13 @@ void TraceSink::on_step(const StepRecord& r) {
   }
 }
 
+void TraceSink::on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                                const std::string& why) {
+  instants_.push_back({"batch → " + std::to_string(batch) + ", lr ×" +
+                           format_fixed(lr_multiplier, 2),
+                       why, timeline_end_us_, step});
+}
+
 std::string TraceSink::json() const {
   nlohmann::json events = nlohmann::json::array();
   const int pid = track_ + 1;
@@ -174,6 +195,15 @@ std::string TraceSink::json() const {
                       {"tid", 1},
                       {"args", {{"step", s.step}}}});
   }
+  for (const Instant& i : instants_)
+    events.push_back({{"name", i.name},
+                      {"cat", "batch_change"},
+                      {"ph", "i"},
+                      {"s", "p"},
+                      {"ts", i.ts_us},
+                      {"pid", pid},
+                      {"tid", 1},
+                      {"args", {{"step", i.step}, {"why", i.why}}}});
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 

@@ -5,7 +5,16 @@
 #include <cmath>
 #include <vector>
 
+#include "saturate/telemetry/step_record.h"
+
 namespace saturate {
+
+void add_step_noise(const StepRecord& r, NoiseScale& raw, NoiseScale& precond) {
+  if (std::isfinite(r.noise_grad_sqr) && std::isfinite(r.noise_trace))
+    raw.add({r.noise_grad_sqr, r.noise_trace}, r.gns_b_small, r.gns_b_big);
+  if (std::isfinite(r.noise_grad_sqr_precond) && std::isfinite(r.noise_trace_precond))
+    precond.add({r.noise_grad_sqr_precond, r.noise_trace_precond}, r.gns_b_small, r.gns_b_big);
+}
 
 std::optional<NoiseSample> noise_sample(const NormPair& p) {
   if (!std::isfinite(p.small_sqr) || !std::isfinite(p.big_sqr)) return std::nullopt;

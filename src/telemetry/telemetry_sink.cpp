@@ -57,6 +57,11 @@ void MultiSink::on_device_sample(int64_t step, const DeviceSample& sample) {
   for (TelemetrySink* s : sinks_) s->on_device_sample(step, sample);
 }
 
+void MultiSink::on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                                const std::string& why) {
+  for (auto* s : sinks_) s->on_batch_change(step, batch, lr_multiplier, why);
+}
+
 void MultiSink::on_checkpoint(int64_t steps_done) {
   for (auto* s : sinks_) s->on_checkpoint(steps_done);
 }

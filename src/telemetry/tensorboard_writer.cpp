@@ -170,6 +170,12 @@ void TensorBoardSink::on_device_sample(int64_t step, const DeviceSample& s) {
   }
 }
 
+void TensorBoardSink::on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                                      const std::string&) {
+  writer_.add_scalar("train/batch_size", static_cast<double>(batch), step);
+  writer_.add_scalar("train/lr_multiplier", lr_multiplier, step);
+}
+
 void TensorBoardSink::on_eval(int64_t step, const std::string& metric, double value) {
   writer_.add_scalar("eval/" + metric, value, step);
   writer_.flush();

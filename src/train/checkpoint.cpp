@@ -312,6 +312,8 @@ std::string CheckpointStore::save(const TrainState& state, const nlohmann::json&
     meta["scaler"] = state.scaler;
     meta["segment_starts"] = state.segment_starts;
     meta["train_wall_s"] = state.train_wall_s;
+    meta["adaptive_per_step"] = state.adaptive_per_step;
+    meta["adaptive_lr_multiplier"] = state.adaptive_lr_multiplier;
     meta["model_fingerprint"] = tensor_fingerprint(state.model);
     meta["info"] = info;
     const std::string meta_bytes = meta.dump(2) + "\n";
@@ -396,6 +398,9 @@ LoadedCheckpoint CheckpointStore::load(const std::string& checkpoint_dir) {
     s.scaler = meta.at("scaler");
     s.segment_starts = meta.at("segment_starts").get<std::vector<int64_t>>();
     s.train_wall_s = meta.at("train_wall_s").get<double>();
+    // Checkpoints before --adaptive-batch have neither: a fixed batch.
+    s.adaptive_per_step = meta.value("adaptive_per_step", int64_t{1});
+    s.adaptive_lr_multiplier = meta.value("adaptive_lr_multiplier", 1.0);
     out.info = meta.at("info");
   } catch (const nlohmann::json::exception& e) {
     SATURATE_CHECK(false, "checkpoint: ", meta_path, ": ", e.what());

@@ -73,6 +73,15 @@ void TrainOptions::validate() const {
   SATURATE_CHECK(eval_batch_size > 0, "train: --eval-batch-size must be positive, got ",
                  eval_batch_size);
   SATURATE_CHECK(eval_every >= 0, "train: --eval-every must not be negative, got ", eval_every);
+  if (adaptive_batch) {
+    SATURATE_CHECK(noise_scale,
+                   "train: --adaptive-batch follows the gradient noise scale; it cannot run with "
+                   "--no-noise-scale");
+    SATURATE_CHECK(!adaptive_curve.empty(),
+                   "train: --adaptive-batch needs the samples/s a plan measured by batch size: "
+                   "give --config plan.json from `saturate tune --effective-batch auto` (its "
+                   "goodput curve)");
+  }
 }
 
 int64_t TrainOptions::total_steps(int64_t batches_per_epoch) const {

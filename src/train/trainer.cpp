@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/core/log.h"
 #include "saturate/core/strings.h"
 #include "saturate/data/batch_iterator.h"
 #include "saturate/device/cpu_budget.h"
@@ -224,7 +225,8 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   auto& optimizer = *state_->optimizer;
   auto& scaler = *state_->scaler;
   const int64_t batch = x.size(0);
-  const int64_t micro = (batch + options_.accumulate - 1) / options_.accumulate;
+  const int64_t accumulate = step_accumulate_ > 0 ? step_accumulate_ : options_.accumulate;
+  const int64_t micro = (batch + accumulate - 1) / accumulate;
   const int world = sync_ ? sync_->world_size() : 1;
   NoiseProbe noise;
   noise.on = options_.noise_scale && (micro < batch || world > 1);
@@ -368,6 +370,15 @@ class Trainer::FitLoop {
   bool continue_at_boundary(int64_t step);
   void take_step(int64_t step);
   Batch next_batch(StepRecord& r);
+  // --adaptive-batch: the data source's batches consumed so far (the run's length and LR
+  // schedule count these), the step's batches joined, its micro-batches, and the decision.
+  int64_t consumed() const {
+    return run_.epoch * batches_.batches_per_epoch() + run_.batch_in_epoch;
+  }
+  Batch next_step_batch(StepRecord& r);
+  int64_t step_accumulate(int64_t step, int64_t samples) const;
+  void adapt(int64_t step);
+  bool more_steps() const { return adaptive_ ? consumed() < total_ : run_.step < total_; }
   at::Tensor train_step_or_oom(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                                int64_t step, std::string& oom);
   void agree_oom(int64_t step, const std::string& oom);
@@ -424,7 +435,15 @@ class Trainer::FitLoop {
   // reaches them at slightly different steps.
   bool agree_ = false;
   bool writer_ = true;
+  bool adaptive_ = false;
+  AdaptiveBatchRule rule_;
+  int64_t max_micro_ = 0;  // the largest step run whole: the plan's largest measured batch
 };
+
+// --adaptive-batch decides this often, and measures the noise scale on every this-many-th step
+// that has no second gradient of its own (splitting it in two micro-batches).
+constexpr int64_t kAdaptEvery = 50;
+constexpr int64_t kAdaptProbeEvery = 4;
 
 Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetSplits& data,
                           TelemetrySink* sink, const std::atomic<bool>* stop)
@@ -445,6 +464,16 @@ Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetS
   prefix_ = has_val_ ? "val_" : "test_";
   agree_ = t_.sync_ && t_.sync_->world_size() > 1;
   writer_ = !t_.sync_ || t_.sync_->rank() == 0;
+  const TrainOptions& o = t_.options_;
+  adaptive_ = o.adaptive_batch;
+  if (adaptive_) {
+    rule_.b0 = o.batch_size;
+    rule_.world = t_.sync_ ? t_.sync_->world_size() : 1;
+    rule_.curve = o.adaptive_curve;
+    rule_.optimizer = o.optimizer;
+    max_micro_ = (o.batch_size + o.accumulate - 1) / o.accumulate;
+    for (const auto& point : o.adaptive_curve) max_micro_ = std::max(max_micro_, point.first);
+  }
 }
 
 // Where the run starts: at step 0, or where restore() left it.
@@ -524,7 +553,7 @@ bool Trainer::FitLoop::continue_at_boundary(int64_t step) {
     summary_.is_interrupted = true;
     return false;
   }
-  return step < total_;
+  return adaptive_ ? consumed() < total_ : step < total_;
 }
 
 // The next batch, starting the next epoch when this one is done.
@@ -548,8 +577,11 @@ void Trainer::FitLoop::take_step(int64_t step) {
   if (t_.memory_) t_.memory_->reset_peak();
   r.start_ms = start_offset_ms_ + ms_between(run_start_, Clock::now());
   const int64_t faults_before = minor_page_faults();
+  if (adaptive_ && step > first_ && step % kAdaptEvery == 0) adapt(step);
+  // The schedule's position: steps, or under --adaptive-batch the source's batches so far.
+  const int64_t position = adaptive_ ? consumed() : step;
   timer_.begin();
-  const Batch batch = next_batch(r);
+  const Batch batch = adaptive_ ? next_step_batch(r) : next_batch(r);
   timer_.mark(Phase::kDataWait);
   at::Tensor x = batch.inputs, y = batch.targets;
   if (t_.device_.is_cuda() && !x.is_cuda()) {
@@ -560,8 +592,10 @@ void Trainer::FitLoop::take_step(int64_t step) {
   }
   if (step == first_) check_same_device(st_.params, {x, y}, t_.device_);
   timer_.mark(Phase::kHostToDevice);
-  r.lr = lr_at(step, total_, t_.options_.lr, warmup_, t_.options_.schedule);
+  r.lr = lr_at(position, total_, t_.options_.lr, warmup_, t_.options_.schedule) *
+         run_.adaptive_lr_multiplier;
   set_lr(*st_.optimizer, r.lr);
+  if (adaptive_) t_.step_accumulate_ = step_accumulate(step, batch.size);
   const bool agree_on_oom = t_.options_.agree_on_oom && agree_;
   std::string oom;  // this rank's out-of-memory message, when agree_on_oom
   at::Tensor loss = train_step_or_oom(x, y, r, step, oom);
@@ -580,6 +614,57 @@ void Trainer::FitLoop::take_step(int64_t step) {
     complete_front();
   }
   evaluate_periodically(step);
+}
+
+// The step's batch under --adaptive-batch: adaptive_per_step of the source's batches (fewer at
+// the run's end), joined.
+Batch Trainer::FitLoop::next_step_batch(StepRecord& r) {
+  Batch first = next_batch(r);
+  const int64_t more = std::min(run_.adaptive_per_step - 1, total_ - consumed());
+  if (more <= 0) return first;
+  std::vector<at::Tensor> inputs = {first.inputs}, targets = {first.targets};
+  int64_t size = first.size;
+  for (int64_t i = 0; i < more; ++i) {
+    Batch b = next_batch(r);
+    inputs.push_back(b.inputs);
+    targets.push_back(b.targets);
+    size += b.size;
+  }
+  r.samples = size;
+  return Batch{torch::cat(inputs), torch::cat(targets), size};
+}
+
+// Micro-batches of an adaptive step of `samples`: whole up to the largest batch the plan
+// measured, in pieces of it beyond; a step with no second gradient (one micro-batch, one rank)
+// runs as two every kAdaptProbeEvery steps, so the noise scale keeps being measured.
+int64_t Trainer::FitLoop::step_accumulate(int64_t step, int64_t samples) const {
+  const int64_t pieces = (samples + max_micro_ - 1) / max_micro_;
+  if (pieces == 1 && rule_.world == 1 && samples > 1 && step % kAdaptProbeEvery == 0) return 2;
+  return pieces;
+}
+
+// Whether to double the batch before `step`: every rank reads the same records (all-reduced
+// norms) but the estimate is averaged across ranks anyway, so they decide alike.
+void Trainer::FitLoop::adapt(int64_t step) {
+  drain();
+  if (summary_.divergence) return;
+  NoiseScaleEstimate n = noise_.estimate();
+  const NoiseScaleEstimate pre = noise_precond_.estimate();
+  if (rule_.optimizer == OptimizerKind::kAdamW && pre.is_resolved()) n = pre;
+  if (agree_) {
+    std::vector<double> v = {n.low, static_cast<double>(n.steps)};
+    t_.sync_->sum_across_ranks(v);
+    n.low = v[0] / rule_.world;
+    n.steps = static_cast<int64_t>(v[1] / rule_.world);
+  }
+  const int64_t current = run_.adaptive_per_step * t_.options_.batch_size;
+  const std::optional<BatchChange> c = next_batch_change(rule_, current, n, step);
+  if (!c) return;
+  run_.adaptive_per_step *= 2;
+  run_.adaptive_lr_multiplier = c->lr_multiplier;
+  summary_.batch_changes.push_back(*c);
+  SATURATE_LOG_INFO("train: step ", step, ": batch ", c->from, " → ", c->to, ": ", c->why);
+  if (sink_) sink_->on_batch_change(step, c->to, c->lr_multiplier, c->why);
 }
 
 // Trainer::train_step, with its out-of-memory kept in `oom` when the ranks agree on it, and a
@@ -656,13 +741,7 @@ void Trainer::FitLoop::read_noise(InFlight& f) {
   r.gns_precond = noise_precond_.smoothed();
 }
 
-void Trainer::FitLoop::add_noise(const StepRecord& r) {
-  if (std::isfinite(r.noise_grad_sqr) && std::isfinite(r.noise_trace))
-    noise_.add({r.noise_grad_sqr, r.noise_trace}, r.gns_b_small, r.gns_b_big);
-  if (std::isfinite(r.noise_grad_sqr_precond) && std::isfinite(r.noise_trace_precond))
-    noise_precond_.add({r.noise_grad_sqr_precond, r.noise_trace_precond}, r.gns_b_small,
-                       r.gns_b_big);
-}
+void Trainer::FitLoop::add_noise(const StepRecord& r) { add_step_noise(r, noise_, noise_precond_); }
 
 // The diagnosis of a run that diverged at `step`, with what the watch saw up to it.
 void Trainer::FitLoop::diverge(int64_t step, const std::string& reason, double loss_scale,
@@ -734,7 +813,7 @@ void Trainer::FitLoop::checkpoint(int64_t steps_done) {
 
 void Trainer::FitLoop::evaluate_periodically(int64_t step) {
   const TrainOptions& o = t_.options_;
-  if (!(o.evaluate && eval_every_ > 0 && (step + 1) % eval_every_ == 0 && step + 1 < total_ &&
+  if (!(o.evaluate && eval_every_ > 0 && (step + 1) % eval_every_ == 0 && more_steps() &&
         periodic_->size() > 0 && !summary_.divergence))
     return;
   drain();
@@ -796,8 +875,8 @@ void Trainer::FitLoop::summarize_records() {
   summary_.noise = noise_.estimate();
   summary_.noise_precond = noise_precond_.estimate();
   // Epochs in the source's batches: a streamed or held-out-reduced split is not `data.train`.
-  summary_.epochs =
-      static_cast<double>(records.size()) / static_cast<double>(batches_.batches_per_epoch());
+  summary_.epochs = static_cast<double>(adaptive_ ? consumed() : records.size()) /
+                    static_cast<double>(batches_.batches_per_epoch());
   if (run_.segment_starts.size() <= 1) {
     summary_.samples_per_s = steady_samples_per_s(records, warmup_steps);
     summary_.phases = mean_phases(records, static_cast<size_t>(warmup_steps));

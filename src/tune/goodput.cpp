@@ -12,15 +12,6 @@ namespace saturate {
 
 using detail::concat;
 
-double gain_lr_multiplier(double gain, OptimizerKind optimizer) {
-  return optimizer == OptimizerKind::kSgd ? gain : std::sqrt(gain);
-}
-
-std::string gain_rule_name(OptimizerKind optimizer) {
-  return optimizer == OptimizerKind::kSgd ? "gain rule (AdaScale) for SGD"
-                                          : "square root of the gain (AdaptDL) for AdamW";
-}
-
 GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
                                 const NoiseScaleEstimate& noise, const std::string& noise_kind,
                                 OptimizerKind optimizer, double min_gain, double credit) {

@@ -10,6 +10,7 @@
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
 #include "saturate/core/strings.h"
+#include "saturate/telemetry/noise_scale_json.h"
 #include "saturate/tune/exec_command.h"
 
 namespace saturate {
@@ -472,7 +473,6 @@ namespace {
 json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json goodput_to_json(const GoodputChoice& g) {
-  const NoiseScaleEstimate& n = g.noise;
   json curve = json::array();
   for (const GoodputPoint& p : g.curve)
     curve.push_back({{"batch_size", p.batch},
@@ -490,15 +490,10 @@ json goodput_to_json(const GoodputChoice& g) {
                         {"diverged", b.diverged},
                         {"accepted", b.accepted},
                         {"phi_after", finite_or_null(b.phi_after)}});
+  json noise = noise_scale_to_json(g.noise);
+  noise["kind"] = g.noise_kind;
   return {{"usable", g.usable},
-          {"noise_scale",
-           {{"phi", finite_or_null(n.phi)},
-            {"low", finite_or_null(n.low)},
-            {"high", finite_or_null(n.high)},
-            {"steps", n.steps},
-            {"b_small", n.b_small},
-            {"b_big", n.b_big},
-            {"kind", g.noise_kind}}},
+          {"noise_scale", noise},
           {"phi_used", g.phi_used},
           {"user_batch", g.b0},
           {"chosen_batch", g.chosen},
@@ -511,8 +506,8 @@ json goodput_to_json(const GoodputChoice& g) {
           {"guard_branches", branches}};
 }
 
-// What later runs may read back (adaptive batch, reports); the curve and the guard's branches
-// stay in the file only.
+// What later runs read back (train --adaptive-batch takes the curve); the guard's branches stay
+// in the file only.
 GoodputChoice goodput_from_json(const FieldReader& r) {
   GoodputChoice g;
   g.usable = r.boolean("usable", false);
@@ -532,6 +527,14 @@ GoodputChoice goodput_from_json(const FieldReader& r) {
   g.lr_multiplier = r.number("lr_multiplier", 1, is_non_negative, "a non-negative number");
   g.rule = r.string("lr_rule", "");
   g.why = r.string("why", "");
+  r.each("curve", [&g](const FieldReader& p) {
+    GoodputPoint point;
+    point.batch = p.integer("batch_size", 1, 1, "a positive integer");
+    point.samples_per_s = p.number("samples_per_s", 0, is_non_negative, "a non-negative number");
+    point.efficiency = p.number("efficiency", 1, is_non_negative, "a non-negative number");
+    point.speedup = p.number("predicted_speedup", 1, is_non_negative, "a non-negative number");
+    g.curve.push_back(point);
+  });
   return g;
 }
 

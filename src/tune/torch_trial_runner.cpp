@@ -51,12 +51,7 @@ Measurement measure(const std::vector<StepRecord>& records, int64_t warmup) {
   }
   if (!records.empty()) m.loss = loss / static_cast<double>(records.size());
   NoiseScale raw, precond;
-  for (const StepRecord& r : records) {
-    if (std::isfinite(r.noise_grad_sqr) && std::isfinite(r.noise_trace))
-      raw.add({r.noise_grad_sqr, r.noise_trace}, r.gns_b_small, r.gns_b_big);
-    if (std::isfinite(r.noise_grad_sqr_precond) && std::isfinite(r.noise_trace_precond))
-      precond.add({r.noise_grad_sqr_precond, r.noise_trace_precond}, r.gns_b_small, r.gns_b_big);
-  }
+  for (const StepRecord& r : records) add_step_noise(r, raw, precond);
   m.noise = raw.estimate();
   m.noise_precond = precond.estimate();
   if (!m.step_samples_per_s.empty()) {

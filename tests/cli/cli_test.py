@@ -2199,6 +2199,67 @@ def case_issue35_train_stops_at_its_target(tmp):
                        "is not a number")
 
 
+def case_issue35_adaptive_batch(tmp):
+    # A plan whose curve says batch 128 runs 10x the samples/s of 64: once the run has measured
+    # the noise scale (every 4th step split in two), doubling pays at any credited phi >= 0, and
+    # the run grows its batch, says so in the sinks and the trace, and keeps its length in samples.
+    data = make_idx_dir(tmp, n_train=1024, n_test=128)
+
+    def plan(name, policy, curve):
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            json.dump({"schema_version": 1, "model": "mlp", "data": "idx:" + data,
+                       "config": {"batch_size": 64, "lr": 0.01, "optimizer": "sgd",
+                                  "schedule": "constant", "threads": 1},
+                       "effective_batch": {"policy": policy},
+                       "goodput": {"user_batch": 64, "chosen_batch": 64,
+                                   "curve": [{"batch_size": b, "samples_per_s": x}
+                                             for b, x in curve]}}, f)
+        return path
+
+    grows = plan("grows.json", "unchanged", [(64, 1000.0), (128, 10000.0)])
+    path = os.path.join(tmp, "s.json")
+    logdir = os.path.join(tmp, "logs")
+    trace = os.path.join(tmp, "trace.json")
+    code, out, err = run("train", "--config", grows, "--adaptive-batch", "--steps", "400",
+                         "--no-eval", "--summary-json", path, "--logdir", logdir,
+                         "--trace", trace, "-q")
+    if code != 0:
+        fail(f"train --adaptive-batch: exit {code}\n{err}")
+    s = json.load(open(path))
+    changes = s["adaptive_batch"]["changes"]
+    if len(changes) != 1 or (changes[0]["from"], changes[0]["to"]) != (64, 128):
+        fail(f"expected one doubling to 128 (the curve's last batch): {changes}")
+    c = changes[0]
+    if s["samples"] != 400 * 64 or s["steps"] != c["step"] + (400 - c["step"]) // 2:
+        fail(f"the run's length in samples: {s['samples']} samples in {s['steps']} steps, {c}")
+    if not (c["lr_multiplier"] >= 1.0 and c["predicted_speedup"] >= 1.05):
+        fail(f"the change's rule: {c}")
+    with open(os.path.join(logdir, "steps.jsonl")) as f:
+        lines = [json.loads(l) for l in f]
+    events = [l for l in lines if l.get("type") == "batch_change"]
+    if len(events) != 1 or events[0]["step"] != c["step"] or events[0]["batch_size"] != 128:
+        fail(f"steps.jsonl's batch_change lines: {events}")
+    steps = [l for l in lines if "type" not in l or l["type"] == "step"]
+    after = [l for l in steps if l.get("step", -1) >= c["step"]]
+    if not after or any(l["samples"] != 128 for l in after):
+        fail(f"steps after the change are not of 128: {after[:2]}")
+    marks = [e for e in json.load(open(trace))["traceEvents"] if e.get("cat") == "batch_change"]
+    if len(marks) != 1 or marks[0]["ph"] != "i" or "128" not in marks[0]["name"]:
+        fail(f"the trace's batch-change mark: {marks}")
+    # Bad input: no plan, a fixed-batch plan rule, no noise scale, a batch the plan never measured.
+    expect_usage_error(["train", "--data", "idx:" + data, "--model", "mlp", "--adaptive-batch"],
+                       "--config plan.json")
+    kept = plan("kept.json", "kept", [(64, 1000.0), (128, 10000.0)])
+    expect_usage_error(["train", "--config", kept, "--adaptive-batch"], "'kept'")
+    expect_usage_error(["train", "--config", grows, "--adaptive-batch", "--no-noise-scale"],
+                       "--no-noise-scale")
+    expect_usage_error(["train", "--config", grows, "--adaptive-batch", "--batch-size", "32"],
+                       "batch 32 is not among the batches the plan measured (64, 128)")
+    bare = plan("bare.json", "unchanged", [])
+    expect_usage_error(["train", "--config", bare, "--adaptive-batch"], "no goodput curve")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()

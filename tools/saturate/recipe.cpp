@@ -84,6 +84,12 @@ void add_step_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "gradual underflow)")
       ->capture_default_str();
   app.add_option("--seed", t.seed, "seed for weights and data order")->capture_default_str();
+  if (use == RecipeUse::kTrain)
+    app.add_flag("--adaptive-batch", t.adaptive_batch,
+                 "grow the batch (doubling, only upward) and the learning rate (gain rule) as the "
+                 "gradient noise scale grows, at the samples/s the plan measured by batch "
+                 "(needs --config plan.json from tune --effective-batch auto); --steps and "
+                 "--epochs count steps of the starting batch");
   app.add_flag("--no-noise-scale", f.no_noise_scale,
                "do not measure the gradient noise scale (measured by default wherever a step has "
                "two gradients at the same weights: --accumulate > 1 or data parallel)");
@@ -138,6 +144,37 @@ void add_recipe_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   add_input_flags(app, f, use);
 }
 
+namespace {
+
+// --adaptive-batch with a plan: the plan's measured samples/s by batch, from the batch it
+// trains with. A plan whose rule keeps the batch fixed, or one whose program owns its learning
+// rate, cannot grow it.
+void adaptive_batch_from_plan(const Plan& plan, RecipeFlags& f) {
+  SATURATE_CHECK(!f.no_noise_scale, "train: --adaptive-batch follows the gradient noise scale; "
+                 "it cannot run with --no-noise-scale");
+  const EffectiveBatchOutcome rule = plan.effective_batch;
+  SATURATE_CHECK(rule != EffectiveBatchOutcome::kKept && rule != EffectiveBatchOutcome::kBatchChanged,
+                 "train: --adaptive-batch: the plan's effective batch is '", to_string(rule), "' (",
+                 rule == EffectiveBatchOutcome::kKept
+                     ? "your batch held fixed in micro-batches"
+                     : "a program that owns its learning rate",
+                 "), a fixed-batch rule the adaptive batch would break; drop --adaptive-batch or "
+                 "tune with --effective-batch auto");
+  std::string measured;
+  bool on_curve = false;
+  for (const GoodputPoint& p : plan.goodput.curve) {
+    f.train.adaptive_curve.emplace_back(p.batch, p.samples_per_s);
+    measured += (measured.empty() ? "" : ", ") + std::to_string(p.batch);
+    on_curve = on_curve || p.batch == f.train.batch_size;
+  }
+  SATURATE_CHECK(!plan.goodput.curve.empty(), "train: --adaptive-batch: the plan has no goodput "
+                 "curve (samples/s by batch); tune with --effective-batch auto to measure it");
+  SATURATE_CHECK(on_curve, "train: --adaptive-batch: batch ", f.train.batch_size,
+                 " is not among the batches the plan measured (", measured, ")");
+}
+
+}  // namespace
+
 void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   const TrainOptions& p = plan.config.train;
@@ -182,6 +219,7 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world
   t.lr = r.lr;
   for (const std::string& line : r.info) SATURATE_LOG_INFO("train: ", line);
   for (const std::string& line : r.warn) SATURATE_LOG_WARN("train: ", line);
+  if (t.adaptive_batch) adaptive_batch_from_plan(plan, f);
 }
 
 Recipe resolve_recipe(const RecipeFlags& f, const char* command) {

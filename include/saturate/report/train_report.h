@@ -16,6 +16,7 @@
 
 #include "saturate/data/loader.h"
 #include "saturate/device/probe.h"
+#include "saturate/telemetry/noise_scale_json.h"  // noise_scale_to_json, for the summaries
 #include "saturate/train/train_options.h"
 #include "saturate/train/trainer.h"
 
@@ -44,13 +45,10 @@ struct TrainReport {
 /// resume and checkpoint, divergence (null when none), phases_ms and the context block.
 nlohmann::json train_report_to_json(const TrainReport& report);
 
-/// The divergence diagnosis as JSON (null when none); non-finite numbers are null.
-/// A noise-scale estimate as {"phi", "low", "high", "resolved", "steps", "b_small", "b_big"}
-/// (non-finite values null); null when nothing was measured.
-nlohmann::json noise_scale_to_json(const NoiseScaleEstimate& estimate);
 /// "230 (95%: 150–340), 180 steps of 16 vs 64 samples"; "not measured".
 std::string describe_noise_scale(const NoiseScaleEstimate& estimate);
 
+/// The divergence diagnosis as JSON (null when none); non-finite numbers are null.
 nlohmann::json divergence_to_json(const std::optional<Divergence>& divergence);
 
 /// "saturate train: MODEL on DATA, DEVICE, N threads" and one row per figure: steps, samples/s,

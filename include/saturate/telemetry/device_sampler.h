@@ -97,6 +97,8 @@ class SampledSink : public TelemetrySink {
   void on_begin(int64_t total_steps) override;
   void on_step(const StepRecord& r) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
+  void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                       const std::string& why) override;
   void on_checkpoint(int64_t steps_done) override;
   void on_end() override;
   /// Samples delivered so far.

@@ -30,6 +30,9 @@ class JsonlSink : public TelemetrySink {
   void on_eval(int64_t step, const std::string& metric, double value) override;
   void on_device_sample(int64_t step, const DeviceSample& sample) override;
   void on_checkpoint(int64_t steps_done) override;
+  /// {"type":"batch_change","step":..,"batch_size":..,"lr_multiplier":..,"why":..}
+  void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                       const std::string& why) override;
   void on_end() override;
 
   /// The line written for a record (no newline).
@@ -53,6 +56,9 @@ class TraceSink : public TelemetrySink {
   /// `path` empty: collect only (json() gives the document).
   explicit TraceSink(const std::string& path, int track = 0, std::string track_name = "");
   void on_step(const StepRecord& r) override;
+  /// An instant event "batch → N" where the next step starts.
+  void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                       const std::string& why) override;
   void on_end() override;
   /// The document on_end() writes.
   std::string json() const;
@@ -68,6 +74,12 @@ class TraceSink : public TelemetrySink {
   std::string path_;
   double timeline_end_us_ = 0.0;  // end of the last step's slice
   std::vector<Slice> slices_;
+  struct Instant {
+    std::string name, why;
+    double ts_us;
+    int64_t step;
+  };
+  std::vector<Instant> instants_;
 };
 
 /// One trace of several TraceSink::json() documents (each its own process track, in order).

@@ -83,6 +83,11 @@ class NoiseScale {
 /// φ = +inf (pure noise: every sample counts fully); b0/b as φ → 0; NaN for a NaN φ.
 double batch_efficiency(double phi, double b0, double b);
 
+struct StepRecord;
+/// Feeds a step's measured per-step values (StepRecord's noise_* fields, where finite) to the
+/// raw and the AdamW-preconditioned estimators.
+void add_step_noise(const StepRecord& record, NoiseScale& raw, NoiseScale& precond);
+
 /// AdaScale's gain ratio r = b(φ + b0)/(b0(φ + b)), in [1, b/b0] for b ≥ b0: how many b0-steps
 /// of progress one b-step makes. +inf φ gives b/b0.
 double gain_ratio(double phi, double b0, double b);

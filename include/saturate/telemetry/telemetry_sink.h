@@ -31,6 +31,10 @@ class TelemetrySink {
   /// A checkpoint of the run after `steps_done` steps is about to be written: make what is
   /// buffered durable, so that a run resumed from it after a crash keeps the earlier steps' log.
   virtual void on_checkpoint(int64_t steps_done) {}
+  /// The run's batch changes before step `step` (--adaptive-batch): `batch` per rank from then
+  /// on, at `lr_multiplier` × the starting learning rate, for the reason `why`.
+  virtual void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                               const std::string& why) {}
   /// The run ended (normally or interrupted); flush what is buffered.
   virtual void on_end() {}
 };
@@ -44,6 +48,8 @@ class MultiSink : public TelemetrySink {
   void on_eval(int64_t step, const std::string& metric, double value) override;
   void on_device_sample(int64_t step, const DeviceSample& sample) override;
   void on_checkpoint(int64_t steps_done) override;
+  void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                       const std::string& why) override;
   void on_end() override;
 
  private:

@@ -61,6 +61,9 @@ class TensorBoardSink : public TelemetrySink {
   }
   void on_step(const StepRecord& r) override;
   void on_eval(int64_t step, const std::string& metric, double value) override;
+  /// train/batch_size and train/lr_multiplier at the step the change takes effect.
+  void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                       const std::string& why) override;
   void on_device_sample(int64_t step, const DeviceSample& sample) override;
   void on_checkpoint(int64_t) override { writer_.flush(); }
   void on_end() override { writer_.flush(); }

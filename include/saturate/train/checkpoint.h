@@ -42,6 +42,9 @@ struct TrainState {
   /// (the steady-state rate leaves out each part's warm-up steps).
   std::vector<int64_t> segment_starts;
   double train_wall_s = 0;  ///< training-loop time of the parts so far
+  /// --adaptive-batch: the data source's batches per step and the LR multiplier so far.
+  int64_t adaptive_per_step = 1;
+  double adaptive_lr_multiplier = 1;
 };
 
 /// Shape and dtype of each state tensor ("[32,1,3,3] Float"): how a checkpoint is matched to

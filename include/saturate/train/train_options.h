@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "saturate/train/grad_scaler.h"
 #include "saturate/train/precision.h"
@@ -80,6 +82,15 @@ struct TrainOptions {
   /// after fp16 unscaling and before clipping; one squared-norm reduction per step (two more
   /// under AdamW, for the preconditioned value). false: not measured.
   bool noise_scale = true;
+  /// --adaptive-batch (train/adaptive_batch.h): every kAdaptEvery steps the batch may double,
+  /// by taking two batches of the data source per step, when the noise scale says the
+  /// doubled batch (at its measured samples/s in `adaptive_curve`) reaches a target sooner;
+  /// the LR follows the gain rule. The run's length stays in samples: `steps` and `epochs`
+  /// count steps of the starting batch, and the LR schedule runs over them.
+  bool adaptive_batch = false;
+  /// Measured samples/s per rank by batch per rank, ascending: the plan's goodput curve. The
+  /// largest batch in it is the largest step run without accumulation (it fitted in the tune).
+  std::vector<std::pair<int64_t, double>> adaptive_curve;
   /// Divergence under fp16: this many optimizer steps in a row skipped for non-finite
   /// gradients stop the run (the loss scale cannot recover it). Under fp32/bf16 one non-finite
   /// loss or gradient norm does.

@@ -22,6 +22,7 @@
 #include "saturate/data/dataset.h"
 #include "saturate/telemetry/noise_scale.h"
 #include "saturate/telemetry/step_record.h"
+#include "saturate/train/adaptive_batch.h"
 #include "saturate/train/checkpoint.h"
 #include "saturate/train/oom_probe.h"
 #include "saturate/train/train_options.h"
@@ -83,6 +84,8 @@ struct TrainSummary {
   /// TrainOptions::noise_scale off).
   NoiseScaleEstimate noise;
   NoiseScaleEstimate noise_precond;
+  /// --adaptive-batch: each change of batch, in order (empty: it never grew).
+  std::vector<BatchChange> batch_changes;
 };
 
 /// Training steps whose mean loss a "loss" target compares.
@@ -179,6 +182,8 @@ class Trainer {
   double last_noise_b_small_ = 0, last_noise_b_big_ = 0;
   static constexpr int64_t kPrecondEvery = 4;  // AdamW's preconditioned norms, every 4th step
   int64_t noise_steps_ = 0;
+  // Micro-batches of the next train_step when set (> 0): --adaptive-batch's grown steps.
+  int64_t step_accumulate_ = 0;
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "saturate/telemetry/noise_scale.h"
+#include "saturate/train/adaptive_batch.h"  // gain_lr_multiplier, gain_rule_name
 #include "saturate/train/train_options.h"
 
 namespace saturate {
@@ -100,9 +101,5 @@ MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& re
 /// above 1.
 double phi_from_efficiency(double efficiency, double b0, double b);
 
-/// The LR multiplier of the gain rule for `optimizer` at gain r: r for SGD, √r for AdamW.
-double gain_lr_multiplier(double gain, OptimizerKind optimizer);
-/// "gain rule (AdaScale) for SGD" | "square root of the gain (AdaptDL) for AdamW".
-std::string gain_rule_name(OptimizerKind optimizer);
 
 }  // namespace saturate
