@@ -79,7 +79,18 @@ class Search {
 
   bool late() const { return o_.out_of_time && o_.out_of_time(); }
 
+  // One measurement; one whose timed steps were too short to time is taken again, longer.
   TrialOutcome trial(int64_t batch, int64_t steps, const char* purpose) {
+    const TrialOutcome t = trial_once(batch, steps, purpose);
+    const int64_t longer =
+        t.fits && steps > 1
+            ? steps_for_timed(o_.min_timed_s, t.measurement.samples_per_s,
+                              batch * std::max(1, base_.world_size), steps - 1)
+            : 0;
+    return longer > steps ? trial_once(batch, longer, "longer") : t;
+  }
+
+  TrialOutcome trial_once(int64_t batch, int64_t steps, const char* purpose) {
     if (o_.before_trial) o_.before_trial();
     TrialRequest req;
     req.config = base_;

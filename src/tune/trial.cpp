@@ -1,9 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/tune/trial.h"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace saturate {
+
+int64_t steps_for_timed(double min_timed_s, double samples_per_s, int64_t batch,
+                        int64_t timed_steps, int64_t max_steps) {
+  if (!(min_timed_s > 0) || !(samples_per_s > 0) || batch <= 0) return 0;
+  const double step_s = static_cast<double>(batch) / samples_per_s;
+  if (static_cast<double>(timed_steps) * step_s >= min_timed_s) return 0;
+  const auto timed = static_cast<int64_t>(std::ceil(min_timed_s / step_s));
+  return std::min(max_steps, 1 + timed);
+}
 
 std::string RunConfig::describe() const {
   std::ostringstream s;

@@ -29,6 +29,8 @@ struct BatchSearchOptions {
   int64_t min_batch = 1;
   int64_t max_batch = 65536;  ///< cap, besides the runner's max_batch_size()
   int64_t measure_steps = 3;  ///< steps per throughput measurement, the first untimed
+  /// A batch whose timed steps took less than this is measured again, long enough (0: never).
+  double min_timed_s = 0;
   int64_t noise_steps = 4;    ///< steps of the top's measurement, whose scatter sets the noise
   int max_repeats = 1;        ///< runoffs of the two best when closer than their noise
   /// > 0: batches whose step would take longer than this (extrapolated from the first probe's

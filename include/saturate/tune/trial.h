@@ -43,6 +43,17 @@ struct TrialRequest {
   int64_t warmup_steps = 1;
 };
 
+/// Measurements shorter than this many seconds of timed steps are taken again, longer: a few
+/// steps of a millisecond or two are the scheduler's noise, not the step's speed (mlp at batch
+/// 128 on 2 cores: 5 timed steps read 51–82k samples/s where 400 steps read 75–85k).
+inline constexpr double kMinTimedSeconds = 0.2;
+
+/// The steps a measurement of `batch` at `samples_per_s` needs so that its timed steps (all but
+/// one) last `min_timed_s`, at most `max_steps`; 0 when `timed_steps` already did (or there
+/// was no rate to go by).
+int64_t steps_for_timed(double min_timed_s, double samples_per_s, int64_t batch,
+                        int64_t timed_steps, int64_t max_steps = 400);
+
 /// What K steps of a configuration did.
 struct Measurement {
   double samples_per_s = 0.0;  ///< over the timed steps (0 when none was timed)

@@ -32,6 +32,9 @@ struct TuneOptions {
   int max_prefetch = 16;              ///< deepest prefetch queue (batches) the input stage tries
   double data_wait_target = 0.02;     ///< the input stage stops once data wait is below this share
   int64_t measure_steps = 6;          ///< steps per stage measurement, the first untimed
+  /// A measurement whose timed steps took less than this is taken again, long enough
+  /// (trial.h's kMinTimedSeconds; 0: never).
+  double min_timed_s = kMinTimedSeconds;
   double min_gain = 0.03;             ///< a change must be this much faster, and beyond noise
   EffectiveBatch effective_batch = EffectiveBatch::kAuto;
   int64_t quality_samples = 0;        ///< samples per quality run; 0 skips the guard

@@ -69,6 +69,7 @@ NoiseScaleEstimate probe_noise(TuneState& s, std::string& kind) {
 
 BatchSearchResult run_search(TuneState& s) {
   BatchSearchOptions so = s.o.search;
+  so.min_timed_s = s.o.min_timed_s;
   so.before_trial = [&s] { s.check_stop(); };
   so.out_of_time = [&s] { return s.search_time_spent(); };
   if (s.o.budget_s > 0) so.max_step_s = s.o.budget_s * s.o.search_share / 40.0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tune_state.h"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -78,8 +79,18 @@ TrialOutcome TuneState::fresh(const RunConfig& c, const std::string& stage) {
   req.config = c;
   req.steps = o.measure_steps;
   req.warmup_steps = 1;
-  const TrialOutcome t = runner.run(req);
+  TrialOutcome t = runner.run(req);
   record(stage, "measure", c, t);
+  // Too short to time: measured again, long enough (the first run told how long a step is).
+  const int64_t longer = t.fits ? steps_for_timed(o.min_timed_s, sps(t), c.train.batch_size * std::max(1, c.world_size),
+                                                  req.steps - req.warmup_steps)
+                                : 0;
+  if (longer > req.steps) {
+    check_stop();
+    req.steps = longer;
+    t = runner.run(req);
+    record(stage, "measure longer", c, t);
+  }
   return t;
 }
 

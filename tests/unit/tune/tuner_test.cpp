@@ -60,6 +60,9 @@ TuneOptions options() {
   TuneOptions o;
   o.precisions = {Precision::kBf16};
   o.quality_samples = 10000;
+  // A simulated step's timing has no scheduler noise to outlast: the stages measure it once,
+  // as the flattering runners below rely on (the rule is tested on its own in trial_test).
+  o.min_timed_s = 0;
   return o;
 }
 
@@ -538,6 +541,59 @@ TEST(Tuner, Issue13_AFreshMeasurementKeepsTheUsersConfigurationWhenTheTunedOneIs
   EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
   EXPECT_EQ(plan.quality.status, QualityStatus::kNotRun) << plan.quality.why;
   EXPECT_NE(c.why.find("faster beyond noise in every round"), std::string::npos) << c.why;
+}
+
+TEST(Tuner, Issue35_MeasurementsTooShortToTimeAreTakenAgainLonger) {
+  EXPECT_EQ(steps_for_timed(0.2, 1000, 100, 5), 0);         // 0.5 s of timed steps already
+  EXPECT_EQ(steps_for_timed(0.2, 100000, 128, 5), 1 + 157);  // 1.28 ms steps: 157 timed
+  EXPECT_EQ(steps_for_timed(0.2, 1e9, 1, 5), 400);           // capped
+  EXPECT_EQ(steps_for_timed(0, 1e5, 128, 5), 0);             // off
+  EXPECT_EQ(steps_for_timed(0.2, 0, 128, 5), 0);             // nothing measured to go by
+}
+
+// Short timings that flatter, as a few 1-ms steps on a shared machine do, while runs long
+// enough to time read the truth: bf16 is really 15% slower, and its 5 timed steps read 30%
+// faster. The stage measures again for 0.2 s and is not fooled.
+class FlatteringShortTimings : public TrialRunner {
+ public:
+  FlatteringShortTimings(TrialRunner& inner, std::string base) : inner_(inner), base_(base) {}
+  TrialOutcome run(const TrialRequest& r) override {
+    TrialOutcome t = inner_.run(r);
+    if (r.config.describe() != base_ && r.steps - r.warmup_steps <= 5)
+      t.measurement.samples_per_s *= 1.3;
+    return t;
+  }
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
+    return inner_.train_and_validate(c, samples);
+  }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+
+ private:
+  TrialRunner& inner_;
+  std::string base_;
+};
+
+TEST(Tuner, Issue35_TheStagesOutlastShortTimingsThatFlatter) {
+  SimulatedProfile p = gpu_like();
+  p.half_batch = 0.01;
+  p.bf16_speedup = 0.85;
+  SimulatedDevice sim(p, 34);
+  FlatteringShortTimings dev(sim, user(64).describe());
+  TuneOptions o = options();
+  o.min_timed_s = kMinTimedSeconds;
+  const Plan plan = tune(dev, user(64), o);
+  const PlanStage& st = stage(plan, "precision");
+  EXPECT_FALSE(st.changed) << st.why;
+  EXPECT_EQ(plan.config.train.precision, Precision::kFp32) << st.why;
+  bool longer = false;
+  for (const PlanTrial& t : plan.trials) longer = longer || t.purpose == "measure longer";
+  EXPECT_TRUE(longer) << "a 6-step measurement of 6 ms steps was not taken again";
+  // The bad case it prevents: the same runner with short measurements only.
+  o.min_timed_s = 0;
+  SimulatedDevice sim2(p, 34);
+  FlatteringShortTimings dev2(sim2, user(64).describe());
+  EXPECT_TRUE(stage(tune(dev2, user(64), o), "precision").changed);
 }
 
 TEST(Tuner, Issue13_ThePlansNumbersAreFreshMeasurementsNotTheStagesBest) {
