@@ -37,7 +37,10 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
     return g;
   }
   g.usable = true;
-  g.phi_used = std::min(noise.low, std::max(0.0, credit));
+  // A resolved estimate is credited at its value: a batch it over-credits loses in the quality
+  // guard's run at equal time, which measures the efficiency and corrects φ (choose_below).
+  // An unresolved one (no upper end) only at its lower end.
+  g.phi_used = std::min(noise.is_resolved() ? noise.phi : noise.low, std::max(0.0, credit));
   for (const auto& [b, sps] : curve) {
     if (b < b0 || sps <= 0) continue;
     GoodputPoint p;
@@ -58,7 +61,8 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
       " (95%: " + format_fixed(noise.low, 0) + "–" +
       (std::isfinite(noise.high) ? format_fixed(noise.high, 0) : std::string("∞")) + ", " +
       noise_kind + "), credited " + format_fixed(g.phi_used, 0) +
-      (g.phi_used < noise.low ? " (what the guard's runs measured)" : "");
+      (credit < (noise.is_resolved() ? noise.phi : noise.low) ? " (what the guard's runs measured)"
+                                                             : "");
   if (g.chosen == b0) {
     // The best larger batch and why it does not pay.
     const GoodputPoint* best = nullptr;

@@ -51,7 +51,9 @@ struct GoodputChoice {
   std::string why;      ///< one line with the numbers, whichever way it went
   NoiseScaleEstimate noise;
   std::string noise_kind;  ///< "raw" | "AdamW-preconditioned"
-  double phi_used = 0;     ///< the interval's lower end: a larger batch is never credited more
+  /// φ resolved: its value (the guard's run checks the prediction and corrects it); else the
+  /// interval's lower end. Never more than a guard run measured.
+  double phi_used = 0;
   int64_t b0 = 0;
   int64_t chosen = 0;      ///< B0 when no batch pays
   double predicted_speedup = 1;
@@ -69,7 +71,8 @@ inline constexpr int kGoodputMaxBranches = 3;
 inline constexpr double kGoodputMinGain = 0.05;
 
 /// Picks among `curve` (measured samples/s by batch; only batches ≥ b0 are candidates, as in
-/// AdaptDL) the batch with the highest predicted goodput at φ = noise.low, also when the
+/// AdaptDL) the batch with the highest predicted goodput at φ = noise.phi when resolved, else
+/// noise.low (also when the
 /// interval has no upper end. Not usable with fewer than kNoiseMinSteps measured steps, without
 /// a lower bound, or when b0 has no measurement; the why then says which. `credit`: a ceiling on
 /// the φ credited (what a guard run measured), below the interval's lower end.
