@@ -471,8 +471,11 @@ Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetS
     rule_.world = t_.sync_ ? t_.sync_->world_size() : 1;
     rule_.curve = o.adaptive_curve;
     rule_.optimizer = o.optimizer;
+    // The user's own split into micro-batches stands (a memory limit the plan did not see);
+    // without one, a step runs whole up to the largest batch the plan measured.
     max_micro_ = (o.batch_size + o.accumulate - 1) / o.accumulate;
-    for (const auto& point : o.adaptive_curve) max_micro_ = std::max(max_micro_, point.first);
+    if (o.accumulate == 1)
+      for (const auto& point : o.adaptive_curve) max_micro_ = std::max(max_micro_, point.first);
   }
 }
 
@@ -647,7 +650,6 @@ int64_t Trainer::FitLoop::step_accumulate(int64_t step, int64_t samples) const {
 // norms) but the estimate is averaged across ranks anyway, so they decide alike.
 void Trainer::FitLoop::adapt(int64_t step) {
   drain();
-  if (summary_.divergence) return;
   NoiseScaleEstimate n = noise_.estimate();
   const NoiseScaleEstimate pre = noise_precond_.estimate();
   if (rule_.optimizer == OptimizerKind::kAdamW && pre.is_resolved()) n = pre;
@@ -657,6 +659,8 @@ void Trainer::FitLoop::adapt(int64_t step) {
     n.low = v[0] / rule_.world;
     n.steps = static_cast<int64_t>(v[1] / rule_.world);
   }
+  // After the collective: every rank makes it, a diverged one too (it stops at the boundary).
+  if (summary_.divergence) return;
   const int64_t current = run_.adaptive_per_step * t_.options_.batch_size;
   const std::optional<BatchChange> c = next_batch_change(rule_, current, n, step);
   if (!c) return;

@@ -156,6 +156,24 @@ TEST(AdaptiveBatch, AFlatThroughputCurveKeepsTheBatchHoweverNoisyTheGradient) {
   EXPECT_GT(s.noise.steps, kNoiseMinSteps) << "measured all along, on every 4th step";
 }
 
+TEST(AdaptiveBatch, TheUsersOwnMicroBatchesStandWhenTheBatchGrows) {
+  // --accumulate 2 at batch 64 (micro-batches of 32, perhaps for a memory limit the plan did not
+  // see): the doubled step runs as 4 micro-batches of 32, not whole.
+  Frozen f;
+  Changes sink;
+  TrainOptions o = adaptive({{64, 1000}, {128, 2000}, {256, 3000}});
+  o.accumulate = 2;
+  Trainer t(*f.model, o, c10::Device("cpu"));
+  const TrainSummary s = t.fit(f.data, &sink);
+  ASSERT_EQ(s.batch_changes.size(), 1u);
+  const int64_t at = s.batch_changes[0].step;
+  for (const StepRecord& r : sink.records)
+    if (r.step >= at) {
+      EXPECT_EQ(r.samples, 128);
+      EXPECT_EQ(r.gns_b_small, 32) << "step " << r.step << " ran in other micro-batches";
+    }
+}
+
 TEST(AdaptiveBatch, NeedsACurveAndTheNoiseScale) {
   TrainOptions o = adaptive({});
   EXPECT_THROW(o.validate(), Error);
