@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
@@ -12,9 +13,13 @@ namespace saturate {
 
 using detail::concat;
 
-GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
-                                const NoiseScaleEstimate& noise, const std::string& noise_kind,
-                                OptimizerKind optimizer, double min_gain, double credit) {
+namespace {
+
+// choose_by_goodput, with only the batches below `below` as candidates (the guard's search);
+// every measured batch ≥ b0 stays on the curve, at the φ credited.
+GoodputChoice choose(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
+                     const NoiseScaleEstimate& noise, const std::string& noise_kind,
+                     OptimizerKind optimizer, double min_gain, double credit, int64_t below) {
   GoodputChoice g;
   g.noise = noise;
   g.noise_kind = noise_kind;
@@ -49,7 +54,7 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
     p.efficiency = batch_efficiency(g.phi_used, static_cast<double>(b0), static_cast<double>(b));
     p.speedup = sps * p.efficiency / x0;
     g.curve.push_back(p);
-    if (b > b0 && p.speedup >= 1.0 + min_gain && p.speedup > g.predicted_speedup) {
+    if (b > b0 && b < below && p.speedup >= 1.0 + min_gain && p.speedup > g.predicted_speedup) {
       g.chosen = b;
       g.predicted_speedup = p.speedup;
     }
@@ -67,7 +72,7 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
     // The best larger batch and why it does not pay.
     const GoodputPoint* best = nullptr;
     for (const GoodputPoint& p : g.curve)
-      if (p.batch > b0 && (!best || p.speedup > best->speedup)) best = &p;
+      if (p.batch > b0 && p.batch < below && (!best || p.speedup > best->speedup)) best = &p;
     g.why = best ? concat(phi, ": batch ", best->batch, " runs ",
                           format_fixed(best->samples_per_s / x0, 2), "× the samples/s of ", b0,
                           " but each sample is worth ", format_fixed(best->efficiency, 2),
@@ -88,23 +93,21 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
   return g;
 }
 
+}  // namespace
+
+GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
+                                const NoiseScaleEstimate& noise, const std::string& noise_kind,
+                                OptimizerKind optimizer, double min_gain, double credit) {
+  return choose(curve, b0, noise, noise_kind, optimizer, min_gain, credit,
+                std::numeric_limits<int64_t>::max());
+}
+
 GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
                            OptimizerKind optimizer) {
   std::vector<std::pair<int64_t, double>> curve;
-  for (const GoodputPoint& p : g.curve)
-    if (p.batch < below) curve.emplace_back(p.batch, p.samples_per_s);
+  for (const GoodputPoint& p : g.curve) curve.emplace_back(p.batch, p.samples_per_s);
   GoodputChoice next =
-      choose_by_goodput(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, phi);
-  // The whole measured curve stays on record, at the φ now credited.
-  double x0 = 0;
-  for (const GoodputPoint& p : g.curve)
-    if (p.batch == g.b0) x0 = p.samples_per_s;
-  next.curve = g.curve;
-  for (GoodputPoint& p : next.curve) {
-    p.efficiency = batch_efficiency(next.phi_used, static_cast<double>(g.b0),
-                                    static_cast<double>(p.batch));
-    p.speedup = x0 > 0 ? p.samples_per_s * p.efficiency / x0 : 0;
-  }
+      choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, phi, below);
   next.branches = g.branches;
   return next;
 }
