@@ -244,10 +244,11 @@ constexpr const char* kScript = R"JS(
     // What the quality guard trained along the curve: predicted against measured efficiency.
     (g.guard_branches || []).forEach(function (b) {
       var measured = b.diverged ? 'diverged' : b.measured_efficiency === null ? 'not measured' :
-          (b.measured_is_lower_bound ? '≥ ' : '') + fmt(b.measured_efficiency, 2);
-      gt.appendChild(el('p', 'Guard: batch ' + b.batch_size + ', ' + b.samples + ' samples at equal time: ' +
-          (b.accepted ? 'accepted' : 'rejected') + '; efficiency predicted ' + fmt(b.predicted_efficiency, 2) +
-          ', measured ' + measured + (b.accepted ? '' : '; φ then credited ' + fmt(b.phi_after, 0)) + '.'));
+          fmt(b.measured_efficiency, 2);
+      var then = b.phi_after === null ? '' : '; φ then credited ' + fmt(b.phi_after, 0);
+      gt.appendChild(el('p', 'Guard: batch ' + b.batch_size + (b.searched_up ? ' (up the curve)' : '') +
+          ', ' + b.samples + ' samples at equal time: ' + (b.accepted ? 'accepted' : 'rejected') +
+          '; efficiency predicted ' + fmt(b.predicted_efficiency, 2) + ', measured ' + measured + then + '.'));
     });
     if (g.curve && g.curve.length > 1) {
       chart('chart-goodput', {

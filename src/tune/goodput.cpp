@@ -15,11 +15,58 @@ using detail::concat;
 
 namespace {
 
-// choose_by_goodput, with only the batches below `below` as candidates (the guard's search);
+// Which batches the guard's search may still take, and at what φ.
+struct Limits {
+  double credit = std::numeric_limits<double>::infinity();  ///< a ceiling on the φ credited
+  /// When finite: the φ credited whatever the probe said (a guard run measured more).
+  double phi = std::numeric_limits<double>::quiet_NaN();
+  int64_t below = std::numeric_limits<int64_t>::max();  ///< candidates are smaller than this
+  int64_t above = 0;  ///< and larger than this, and must beat its predicted speed-up
+};
+
+// The choice's one line: φ as measured and credited, and the chosen batch's numbers, or the
+// best larger batch's and why it does not pay.
+void explain(GoodputChoice& g, const Limits& lim, double x0, double min_gain) {
+  const NoiseScaleEstimate& noise = g.noise;
+  const int64_t b0 = g.b0, below = lim.below;
+  const std::string phi =
+      "φ " + (std::isfinite(noise.phi) ? format_fixed(noise.phi, 0) : std::string("∞")) +
+      " (95%: " + format_fixed(noise.low, 0) + "–" +
+      (std::isfinite(noise.high) ? format_fixed(noise.high, 0) : std::string("∞")) + ", " +
+      g.noise_kind + "), credited " + format_fixed(g.phi_used, 0) +
+      (std::isfinite(lim.phi) || lim.credit < (noise.is_resolved() ? noise.phi : noise.low)
+           ? " (what the guard's runs measured)"
+           : "");
+  if (g.chosen == b0) {
+    // The best larger batch and why it does not pay.
+    const GoodputPoint* best = nullptr;
+    for (const GoodputPoint& p : g.curve)
+      if (p.batch > b0 && p.batch < below && (!best || p.speedup > best->speedup)) best = &p;
+    g.why = best ? concat(phi, ": batch ", best->batch, " runs ",
+                          format_fixed(best->samples_per_s / x0, 2), "× the samples/s of ", b0,
+                          " but each sample is worth ", format_fixed(best->efficiency, 2),
+                          ", so it is predicted ", format_fixed(best->speedup, 2),
+                          "× as fast to the target (needs ≥ ", format_fixed(1 + min_gain, 2), ")")
+                 : concat(phi, ": no batch above ", b0, " was measured");
+    return;
+  }
+  const GoodputPoint* at = nullptr;
+  for (const GoodputPoint& p : g.curve)
+    if (p.batch == g.chosen) at = &p;
+  g.why = concat(phi, ": batch ", g.chosen, " runs ", format_fixed(at->samples_per_s / x0, 2),
+                 "× the samples/s of ", b0, " with each sample worth ",
+                 format_fixed(at->efficiency, 2), ": predicted ",
+                 format_fixed(g.predicted_speedup, 2), "× as fast to the target; learning rate ×",
+                 format_fixed(g.lr_multiplier, 2), " (gain ", format_fixed(g.gain, 2), ", ",
+                 g.rule, ")");
+}
+
+// choose_by_goodput, with only the batches the limits leave as candidates (the guard's search);
 // every measured batch ≥ b0 stays on the curve, at the φ credited.
 GoodputChoice choose(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
                      const NoiseScaleEstimate& noise, const std::string& noise_kind,
-                     OptimizerKind optimizer, double min_gain, double credit, int64_t below) {
+                     OptimizerKind optimizer, double min_gain, const Limits& lim) {
+  const double credit = lim.credit;
   GoodputChoice g;
   g.noise = noise;
   g.noise_kind = noise_kind;
@@ -45,7 +92,10 @@ GoodputChoice choose(const std::vector<std::pair<int64_t, double>>& curve, int64
   // A resolved estimate is credited at its value: a batch it over-credits loses in the quality
   // guard's run at equal time, which measures the efficiency and corrects φ (choose_below).
   // An unresolved one (no upper end) only at its lower end.
-  g.phi_used = std::min(noise.is_resolved() ? noise.phi : noise.low, std::max(0.0, credit));
+  g.phi_used = std::isfinite(lim.phi)
+                    ? lim.phi
+                    : std::min(noise.is_resolved() ? noise.phi : noise.low, std::max(0.0, credit));
+  double floor = 1;  // the predicted speed-up a candidate must beat: the user's batch, or `above`
   for (const auto& [b, sps] : curve) {
     if (b < b0 || sps <= 0) continue;
     GoodputPoint p;
@@ -54,42 +104,21 @@ GoodputChoice choose(const std::vector<std::pair<int64_t, double>>& curve, int64
     p.efficiency = batch_efficiency(g.phi_used, static_cast<double>(b0), static_cast<double>(b));
     p.speedup = sps * p.efficiency / x0;
     g.curve.push_back(p);
-    if (b > b0 && b < below && p.speedup >= 1.0 + min_gain && p.speedup > g.predicted_speedup) {
+    if (b == lim.above) floor = p.speedup;
+  }
+  if (lim.above > b0) g.predicted_speedup = floor;
+  for (const GoodputPoint& p : g.curve) {
+    const int64_t b = p.batch;
+    if (b > std::max(b0, lim.above) && b < lim.below && p.speedup >= floor * (1.0 + min_gain) &&
+        p.speedup > g.predicted_speedup) {
       g.chosen = b;
       g.predicted_speedup = p.speedup;
     }
   }
+  if (lim.above > b0 && g.chosen == b0) g.predicted_speedup = 1;
   g.gain = gain_ratio(g.phi_used, static_cast<double>(b0), static_cast<double>(g.chosen));
   g.lr_multiplier = gain_lr_multiplier(g.gain, optimizer);
-  const std::string phi =
-      "φ " + (std::isfinite(noise.phi) ? format_fixed(noise.phi, 0) : std::string("∞")) +
-      " (95%: " + format_fixed(noise.low, 0) + "–" +
-      (std::isfinite(noise.high) ? format_fixed(noise.high, 0) : std::string("∞")) + ", " +
-      noise_kind + "), credited " + format_fixed(g.phi_used, 0) +
-      (credit < (noise.is_resolved() ? noise.phi : noise.low) ? " (what the guard's runs measured)"
-                                                             : "");
-  if (g.chosen == b0) {
-    // The best larger batch and why it does not pay.
-    const GoodputPoint* best = nullptr;
-    for (const GoodputPoint& p : g.curve)
-      if (p.batch > b0 && p.batch < below && (!best || p.speedup > best->speedup)) best = &p;
-    g.why = best ? concat(phi, ": batch ", best->batch, " runs ",
-                          format_fixed(best->samples_per_s / x0, 2), "× the samples/s of ", b0,
-                          " but each sample is worth ", format_fixed(best->efficiency, 2),
-                          ", so it is predicted ", format_fixed(best->speedup, 2),
-                          "× as fast to the target (needs ≥ ", format_fixed(1 + min_gain, 2), ")")
-                 : concat(phi, ": no batch above ", b0, " was measured");
-    return g;
-  }
-  const GoodputPoint* at = nullptr;
-  for (const GoodputPoint& p : g.curve)
-    if (p.batch == g.chosen) at = &p;
-  g.why = concat(phi, ": batch ", g.chosen, " runs ", format_fixed(at->samples_per_s / x0, 2),
-                 "× the samples/s of ", b0, " with each sample worth ",
-                 format_fixed(at->efficiency, 2), ": predicted ",
-                 format_fixed(g.predicted_speedup, 2), "× as fast to the target; learning rate ×",
-                 format_fixed(g.lr_multiplier, 2), " (gain ", format_fixed(g.gain, 2), ", ",
-                 g.rule, ")");
+  explain(g, lim, x0, min_gain);
   return g;
 }
 
@@ -98,16 +127,31 @@ GoodputChoice choose(const std::vector<std::pair<int64_t, double>>& curve, int64
 GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& curve, int64_t b0,
                                 const NoiseScaleEstimate& noise, const std::string& noise_kind,
                                 OptimizerKind optimizer, double min_gain, double credit) {
-  return choose(curve, b0, noise, noise_kind, optimizer, min_gain, credit,
-                std::numeric_limits<int64_t>::max());
+  Limits lim;
+  lim.credit = credit;
+  return choose(curve, b0, noise, noise_kind, optimizer, min_gain, lim);
 }
 
 GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
                            OptimizerKind optimizer) {
   std::vector<std::pair<int64_t, double>> curve;
   for (const GoodputPoint& p : g.curve) curve.emplace_back(p.batch, p.samples_per_s);
-  GoodputChoice next =
-      choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, phi, below);
+  Limits lim;
+  lim.credit = phi;
+  lim.below = below;
+  GoodputChoice next = choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, lim);
+  next.branches = g.branches;
+  return next;
+}
+
+GoodputChoice choose_above(const GoodputChoice& g, int64_t above, double phi,
+                           OptimizerKind optimizer) {
+  std::vector<std::pair<int64_t, double>> curve;
+  for (const GoodputPoint& p : g.curve) curve.emplace_back(p.batch, p.samples_per_s);
+  Limits lim;
+  lim.phi = std::max(0.0, phi);
+  lim.above = above;
+  GoodputChoice next = choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, lim);
   next.branches = g.branches;
   return next;
 }
@@ -140,8 +184,9 @@ MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& re
     m.diverged = true;
     return m;
   }
-  double reached_samples = 0;
+  double efficiency_sum = 0;
   int references = 0;
+  const double samples = static_cast<double>(losses.size()) * static_cast<double>(batch);
   for (const std::vector<double>& ref : reference_losses) {
     if (ref.empty()) continue;
     const std::vector<double> p = prefix_sums(ref);
@@ -155,16 +200,23 @@ MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& re
     }
     size_t k = 1;
     while (k <= ref.size() && window_loss(p, k) > final_loss) ++k;
-    if (k > ref.size()) {
-      m.at_least = true;
-      k = ref.size();
+    const double ref_samples = static_cast<double>(ref.size()) * static_cast<double>(b0);
+    if (k <= ref.size()) {
+      // The reference's samples to the candidate's last loss, over the candidate's samples.
+      efficiency_sum += static_cast<double>(k) * static_cast<double>(b0) / samples;
+    } else {
+      // The candidate went below every loss the reference reached: measured the other way,
+      // the reference's samples over the candidate's samples to the reference's last loss.
+      const double ref_final = window_loss(p, ref.size());
+      size_t kc = 1;
+      while (kc < losses.size() && window_loss(own, kc) > ref_final) ++kc;
+      efficiency_sum += ref_samples / (static_cast<double>(kc) * static_cast<double>(batch));
+      m.crossed_late = true;
     }
-    reached_samples += static_cast<double>(k) * static_cast<double>(b0);
     ++references;
   }
   if (references == 0) return m;
-  const double samples = static_cast<double>(losses.size()) * static_cast<double>(batch);
-  m.efficiency = reached_samples / references / samples;
+  m.efficiency = efficiency_sum / references;
   return m;
 }
 

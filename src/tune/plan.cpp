@@ -486,7 +486,7 @@ json goodput_to_json(const GoodputChoice& g) {
                         {"samples", b.samples},
                         {"predicted_efficiency", b.predicted_efficiency},
                         {"measured_efficiency", finite_or_null(b.measured_efficiency)},
-                        {"measured_is_lower_bound", b.at_least},
+                        {"searched_up", b.searched_up},
                         {"diverged", b.diverged},
                         {"accepted", b.accepted},
                         {"phi_after", finite_or_null(b.phi_after)}});

@@ -40,9 +40,10 @@ struct GoodputBranch {
   /// The reference's samples to the same training loss over this run's samples; NaN: not
   /// measured (no loss curve, or the run diverged).
   double measured_efficiency = std::numeric_limits<double>::quiet_NaN();
-  bool at_least = false;  ///< the run went below the reference's last loss: a lower bound
   bool diverged = false;  ///< non-finite, or no progress past the reference's first steps
   bool accepted = false;
+  /// Tried because the accepted batch below it measured more efficiency than predicted.
+  bool searched_up = false;
   double phi_after = 0;   ///< the φ credited when choosing the next branch
 };
 
@@ -86,14 +87,21 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
 GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
                            OptimizerKind optimizer);
 
+/// The guard's step after accepting batch `above` whose run measured more efficiency than
+/// predicted: the choice among the measured batches larger than it at φ = `phi`, taken only
+/// when predicted at least kGoodputMinGain faster than `above` (else `chosen` is b0).
+GoodputChoice choose_above(const GoodputChoice& g, int64_t above, double phi,
+                           OptimizerKind optimizer);
+
 /// A guard run's statistical efficiency against the reference's, from their training-loss
 /// curves (loss per step). A run's loss at k steps is the mean of its last max(1, k/5) losses
 /// (the guard's final-loss definition); the efficiency is the samples the reference needed to
-/// reach the candidate's final loss (the mean over the reference's seeds) over the candidate's
-/// samples.
+/// reach the candidate's final loss over the candidate's samples or, when the candidate went
+/// below every loss the reference reached, the reference's samples over those the candidate
+/// needed to reach the reference's final loss (the mean over the reference's seeds).
 struct MeasuredEfficiency {
   double efficiency = std::numeric_limits<double>::quiet_NaN();  ///< NaN: no curves
-  bool at_least = false;  ///< the candidate went below every reference loss: a lower bound
+  bool crossed_late = false;  ///< measured the second way, at the reference's final loss
   bool diverged = false;  ///< non-finite, or not below the reference's loss after its first 5%
 };
 MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& reference_losses,

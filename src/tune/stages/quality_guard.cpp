@@ -194,7 +194,9 @@ void accept(TuneState& s, const RunConfig& c, const QualityRun& t) {
   s.adopt(c, s.measured(c, "quality_guard"));
 }
 
-// What a goodput branch measured, in the guard's words, with the φ the search goes on with.
+// What a goodput branch measured, in the guard's words, with the φ the search goes on with:
+// lower for a rejected batch that learned less than predicted, higher for an accepted one that
+// learned more.
 GoodputBranch measure_branch(const GoodputChoice& g, const RunConfig& c, const Judged& j,
                              const QualityRun& b, const QualityRun& b2, std::ostringstream& why) {
   GoodputBranch br;
@@ -202,12 +204,11 @@ GoodputBranch measure_branch(const GoodputChoice& g, const RunConfig& c, const J
   br.lr = c.train.lr;
   br.samples = j.samples;
   br.accepted = j.verdict.accepted();
-  br.predicted_efficiency = batch_efficiency(g.phi_used, static_cast<double>(g.b0),
-                                             static_cast<double>(br.batch));
+  const auto b0 = static_cast<double>(g.b0), batch = static_cast<double>(br.batch);
+  br.predicted_efficiency = batch_efficiency(g.phi_used, b0, batch);
   const MeasuredEfficiency m = measure_efficiency({b.losses, b2.losses}, g.b0, j.run.losses,
                                                   br.batch);
   br.measured_efficiency = m.efficiency;
-  br.at_least = m.at_least;
   br.diverged = m.diverged || !j.verdict.fits;
   br.phi_after = g.phi_used;
   why << " (efficiency predicted " << format_fixed(br.predicted_efficiency, 2) << ", measured ";
@@ -219,34 +220,99 @@ GoodputBranch measure_branch(const GoodputChoice& g, const RunConfig& c, const J
     why << "unknown: no loss curve)";
     return br;
   }
-  why << (m.at_least ? "≥ " : "") << format_fixed(m.efficiency, 2);
-  if (!br.accepted && !m.at_least) {
-    br.phi_after = std::min(g.phi_used, phi_from_efficiency(m.efficiency, static_cast<double>(g.b0),
-                                                            static_cast<double>(br.batch)));
-    why << ", so φ is credited " << format_fixed(br.phi_after, 0);
+  why << format_fixed(m.efficiency, 2);
+  const double measured_phi = phi_from_efficiency(m.efficiency, b0, batch);
+  if (!br.accepted) {
+    br.phi_after = std::min(g.phi_used, measured_phi);
+  } else if (measured_phi > g.phi_used) {
+    // One run's efficiency near 1 makes a φ of thousands: credit at most the probe's upper end
+    // or twice what was credited, whichever is more (the larger batch it picks is run too).
+    const double high = std::isfinite(g.noise.high) ? g.noise.high : 0;
+    br.phi_after = std::min(measured_phi, std::max(high, 2 * g.phi_used));
   }
+  if (br.phi_after != g.phi_used) why << ", so φ is credited " << format_fixed(br.phi_after, 0);
   why << ")";
   return br;
 }
 
+// A branch's measured speed-up to the reference's quality: its measured efficiency times its
+// samples/s over the user's batch's.
+double measured_speedup(const GoodputChoice& g, const GoodputBranch& br) {
+  double x0 = 0, x = 0;
+  for (const GoodputPoint& p : g.curve) {
+    if (p.batch == g.b0) x0 = p.samples_per_s;
+    if (p.batch == br.batch) x = p.samples_per_s;
+  }
+  const double v = x0 > 0 ? br.measured_efficiency * x / x0 : 0;
+  return std::isfinite(v) ? v : 0;
+}
+
+// After batch c was accepted with more efficiency than predicted: the larger batch the
+// corrected φ predicts faster is trained at equal time too, and replaces c (and its run j)
+// when it also passes and its measured speed-up is at least c's. Needs the reference's run
+// time left over a tenth of the budget.
+void search_up(TuneState& s, const RunConfig& first, const QualityRun& b, const QualityRun& b2,
+               const GuardTolerances& tol, int64_t samples, std::ostringstream& why, RunConfig& c,
+               Judged& j) {
+  GoodputChoice& g = s.plan.goodput;
+  const GoodputBranch at = g.branches.back();
+  if (!(at.phi_after > g.phi_used)) return;
+  const double reserve = std::isfinite(s.o.budget_s) && s.o.budget_s > 0 ? 0.1 * s.o.budget_s : 0;
+  if (s.left_s() < 1.25 * b.wall_s + reserve) return;
+  GoodputChoice up = choose_above(g, c.train.batch_size, at.phi_after, s.base.train.optimizer);
+  if (up.chosen <= c.train.batch_size) {
+    why << "; at that φ no larger measured batch is predicted ≥ "
+        << format_fixed(1 + kGoodputMinGain, 2) << "× as fast as batch " << c.train.batch_size;
+    return;
+  }
+  const GoodputChoice before = g;
+  g = up;
+  const RunConfig u = goodput_batch(first, s.base, g).config;
+  why << "; up the curve";
+  const Judged ju = judge_one(s, u, b, tol, samples, why);
+  GoodputBranch br = measure_branch(g, u, ju, b, b2, why);
+  br.searched_up = true;
+  g.branches.push_back(br);
+  const double mine = measured_speedup(g, br), theirs = measured_speedup(g, at);
+  if (ju.verdict.accepted() && mine >= theirs) {
+    why << ": taken, measured " << format_fixed(mine, 2) << "× vs " << format_fixed(theirs, 2)
+        << "× the user's batch to its quality";
+    c = u;
+    j = ju;
+    return;
+  }
+  const std::vector<GoodputBranch> branches = g.branches;
+  g = before;
+  g.branches = branches;
+  why << "; kept batch " << c.train.batch_size << " (measured " << format_fixed(theirs, 2)
+      << "× the user's batch to its quality, batch " << u.train.batch_size << " "
+      << format_fixed(mine, 2) << "×" << (ju.verdict.accepted() ? "" : ", rejected") << ")";
+}
+
 // The guard's search along the goodput curve: goodput's batch first, at equal time; a rejected
 // batch moves the search to the best smaller batch on the curve, at the φ its run measured
-// (unchanged when it diverged: the learning rate failed, not the noise estimate). Returns
-// whether a batch was accepted.
+// (unchanged when it diverged: the learning rate failed, not the noise estimate); an accepted
+// one that learned more than predicted is tried against the next larger batch (search_up).
+// Returns whether a batch was accepted.
 bool search_goodput(TuneState& s, const QualityRun& b, const QualityRun& b2,
                     const GuardTolerances& tol, int64_t samples, std::ostringstream& why) {
   GoodputChoice& g = s.plan.goodput;
   const RunConfig first = s.current;
   RunConfig c = first;
   for (int i = 0; i < kGoodputMaxBranches && s.left_s() > 0; ++i) {
-    const Judged j = judge_one(s, c, b, tol, samples, why);
+    Judged j = judge_one(s, c, b, tol, samples, why);
     g.branches.push_back(measure_branch(g, c, j, b, b2, why));
     if (j.verdict.accepted()) {
-      if (i > 0)
+      if (i + 1 < kGoodputMaxBranches) search_up(s, first, b, b2, tol, samples, why, c, j);
+      if (c.train.batch_size != first.train.batch_size) {
+        const GoodputBranch& f = g.branches.front();
         s.set_effective_batch(
             EffectiveBatchOutcome::kLrRescaled,
-            concat("batch ", g.b0, " → ", g.chosen, " by goodput after the quality guard "
-                   "rejected batch ", g.branches.front().batch, ": ", g.why));
+            concat("batch ", g.b0, " → ", g.chosen, " by goodput after the quality guard ",
+                   f.accepted ? "measured more efficiency than predicted at batch "
+                              : "rejected batch ",
+                   f.batch, ": ", g.why));
+      }
       accept(s, c, j.run);
       return true;
     }

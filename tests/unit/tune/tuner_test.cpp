@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -725,6 +726,12 @@ class NoisyGradients : public TrialRunner {
     samples_by_batch[b] = samples;
     QualityRun q;
     q.samples = samples;
+    if (b >= diverges_from) {  // its learning rate blows the weights up: stuck at chance
+      q.validation_metric = 0.1;
+      q.losses.assign(static_cast<size_t>(samples / b), 2.3);
+      q.final_loss = 2.3;
+      return q;
+    }
     q.validation_metric = metric(b, samples);
     for (int64_t k = 1; k * b <= samples; ++k) q.losses.push_back(1 - metric(b, k * b));
     q.final_loss = 1 - q.validation_metric;
@@ -734,6 +741,7 @@ class NoisyGradients : public TrialRunner {
   int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
   int64_t max_batch_size() const override { return inner_.max_batch_size(); }
   std::map<int64_t, int64_t> samples_by_batch;
+  int64_t diverges_from = std::numeric_limits<int64_t>::max();
 
  private:
   TrialRunner& inner_;
@@ -803,6 +811,61 @@ TEST(Tuner, Issue35_TheGuardSearchesDownTheCurveWithTheMeasuredEfficiency) {
   } else {
     ADD_FAILURE() << "no batch accepted: " << p.quality.why << stages;
   }
+}
+
+// The probe under-states φ (400 where the runs follow 2000, as when the noise scale grows
+// after the first steps): goodput's batch passes at equal time with more efficiency than
+// predicted, φ is credited higher, and the larger batch it then predicts faster is trained too
+// and taken because it measured faster. With the probe right, there is no second run.
+TEST(Tuner, Issue35_TheGuardGoesUpTheCurveWhenTheRunLearnedMoreThanPredicted) {
+  // A card far from saturated at 64: samples/s ∝ B/(B + 256), room for a few thousand samples.
+  SimulatedProfile steep = gpu_like();
+  steep.half_batch = 256;
+  steep.per_sample_bytes = 4LL << 20;
+  SimulatedDevice dev(steep, 35);
+  NoisyGradients runner(dev, /*phi=*/400, /*truth=*/2000);
+  TuneOptions o = options();
+  o.precisions = {};
+  const Plan p = tune(runner, user(64), o);
+  ASSERT_TRUE(p.goodput.usable) << p.goodput.why;
+  ASSERT_EQ(p.goodput.branches.size(), 2u) << p.goodput.why << "\n" << p.quality.why;
+  const GoodputBranch &first = p.goodput.branches[0], &up = p.goodput.branches[1];
+  EXPECT_TRUE(first.accepted) << p.quality.why;
+  EXPECT_GT(first.measured_efficiency, first.predicted_efficiency) << p.quality.why;
+  EXPECT_GT(first.phi_after, 400) << p.quality.why;
+  EXPECT_TRUE(up.searched_up);
+  EXPECT_GT(up.batch, first.batch);
+  ASSERT_TRUE(up.accepted) << p.quality.why;
+  EXPECT_EQ(p.config.train.batch_size, up.batch) << p.quality.why;
+  EXPECT_EQ(p.goodput.chosen, up.batch);
+  EXPECT_NE(p.quality.why.find(": taken, measured"), std::string::npos) << p.quality.why;
+  EXPECT_NE(p.effective_batch_why.find("measured more efficiency than predicted at batch " +
+                                       std::to_string(first.batch)),
+            std::string::npos)
+      << p.effective_batch_why;
+  // At the truth, the larger batch does get further in the same time.
+  EXPECT_GT(runner.metric(up.batch, up.samples), runner.metric(first.batch, first.samples));
+
+  SimulatedDevice dev2(steep, 35);
+  NoisyGradients right(dev2, /*phi=*/400);
+  const Plan q = tune(right, user(64), o);
+  ASSERT_FALSE(q.goodput.branches.empty()) << q.quality.why;
+  EXPECT_EQ(q.goodput.branches.size(), 1u) << q.quality.why;
+  EXPECT_EQ(q.config.train.batch_size, q.goodput.branches[0].batch) << q.quality.why;
+
+  // The larger batch's learning rate breaks it: its run is rejected and the batch below stays.
+  SimulatedDevice dev3(steep, 35);
+  NoisyGradients breaks(dev3, /*phi=*/400, /*truth=*/2000);
+  breaks.diverges_from = up.batch;
+  const Plan k = tune(breaks, user(64), o);
+  ASSERT_EQ(k.goodput.branches.size(), 2u) << k.quality.why;
+  EXPECT_TRUE(k.goodput.branches[1].diverged) << k.quality.why;
+  EXPECT_FALSE(k.goodput.branches[1].accepted) << k.quality.why;
+  EXPECT_EQ(k.config.train.batch_size, first.batch) << k.quality.why;
+  EXPECT_EQ(k.goodput.chosen, first.batch);
+  EXPECT_EQ(k.quality.status, QualityStatus::kAccepted);
+  EXPECT_NE(k.quality.why.find("kept batch " + std::to_string(first.batch)), std::string::npos)
+      << k.quality.why;
 }
 
 }  // namespace saturate
