@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build demo-build test demo bench clean
 all: build
 
 deps:
@@ -18,7 +18,12 @@ build: deps
 test: build
 	@cd "$(BUILD)" && ctest --output-on-failure --parallel $(JOBS) --timeout 900
 
-demo: build
+# The demo needs the library and the command only: no test, example or benchmark target.
+demo-build: deps
+	@scripts/configure "$(BUILD)"
+	@cmake --build "$(BUILD)" --parallel $(JOBS) --target saturate_cli
+
+demo: demo-build
 	@scripts/demo "$(BUILD)"
 
 bench: deps

@@ -50,4 +50,8 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+std::string count_of(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 }  // namespace saturate

@@ -50,6 +50,28 @@ void remove_tree_at(const std::string& path, int depth) {
 
 void remove_tree(const std::string& path) { remove_tree_at(path, 0); }
 
+void make_folders(const std::string& dir, const std::string& what) {
+  if (dir.empty()) return;
+  // Each prefix ending before a '/', then the whole path: a/b/c makes a, a/b, a/b/c.
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string prefix = dir.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    const int err = errno;
+    struct stat st {};
+    SATURATE_CHECK(err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+                   what, ": cannot create '", dir, "'",
+                   prefix == dir ? std::string() : ": '" + prefix + "'", ": ",
+                   err == EEXIST ? "a file of that name is in the way" : std::strerror(err));
+  }
+}
+
+void make_parent_folders(const std::string& path, const std::string& what) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos || slash == 0) return;
+  make_folders(path.substr(0, slash), what);
+}
+
 TempFolder::~TempFolder() { remove_tree(path_); }
 
 }  // namespace saturate

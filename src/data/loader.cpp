@@ -117,7 +117,7 @@ Loader::Loader(const SampleSource& source, LoaderOptions options)
   // Buffers: one per batch in flight, plus the one the consumer holds.
   if (o_.cuda_device >= 0) o_.pin_memory = true;
   const bool pin = o_.pin_memory && torch::cuda::is_available();
-  const int ahead = std::max({1, o_.prefetch, o_.workers});
+  const int ahead = o_.batches_ahead();
   const std::vector<int64_t> out = output_shape();
   for (int i = 0; i < ahead + 1; ++i) {
     auto slot = std::make_unique<Slot>();

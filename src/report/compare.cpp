@@ -64,8 +64,9 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
     const double spread = number_or(tuned, "spread", -1, where + ": tuned");
     m.spread_pct = spread >= 0 ? 100.0 * spread : -1;  // plans store a fraction
     m.peak_memory_bytes = json_get<int64_t>(tuned, "peak_memory_bytes", where + ": tuned", -1);
+    // The guard's held-out validation split, not the test split.
     const double accuracy = number_or(tuned, "validation_metric", -1, where + ": tuned");
-    m.test_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
+    m.val_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
     m.final_loss = number_or(tuned, "final_loss", -1, where + ": tuned");
     m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
                         text_or(j, "device", where), ", batch ",
@@ -78,6 +79,11 @@ RunMetrics run_metrics_from_json(const json& j, const std::string& path) {
     m.final_loss = number_or(j, "final_loss", -1, where);
     const double accuracy = number_or(j, "test_accuracy", -1, where);
     m.test_accuracy = accuracy >= 0 ? 100.0 * accuracy : -1;
+    const double val = number_or(j, "val_accuracy", -1, where);
+    m.val_accuracy = val >= 0 ? 100.0 * val : -1;
+    if (j.contains("divergence") && j["divergence"].is_object())
+      m.diverged = concat("at step ", text_or(j["divergence"], "step", where), ": ",
+                          text_or(j["divergence"], "reason", where));
     m.peak_memory_bytes = json_get<int64_t>(j, "peak_memory_bytes", where, -1);
     m.workload = concat(text_or(j, "model", where), " on ", text_or(j, "data", where), ", ",
                         text_or(j, "device", where), ", batch ", text_or(j, "batch_size", where),
@@ -189,8 +195,8 @@ MetricComparison compare_throughput(const RunMetrics& a, const RunMetrics& b,
     m.delta_pct = pct_change(ma, mb);
     const double p = mann_whitney_p(a.window_samples_per_s, b.window_samples_per_s);
     changed = p < o.alpha && std::fabs(m.delta_pct) >= o.min_change_pct;
-    m.basis = concat("Mann-Whitney U over ", na, " + ", nb, " windows: p = ",
-                     p < 1e-4 ? std::string("< 0.0001") : format_fixed(p, 4),
+    m.basis = concat("Mann-Whitney U over ", na, " + ", nb, " windows: p ",
+                     p < 1e-4 ? std::string("< 0.0001") : "= " + format_fixed(p, 4),
                      ", median change ", format_fixed(m.delta_pct, 1), "% (counts when p < ",
                      format_fixed(o.alpha, 2), " and |change| >= ",
                      format_fixed(o.min_change_pct, 1), "%)");
@@ -247,6 +253,59 @@ void add_time_to_target(const RunMetrics& a, const RunMetrics& b, const CompareO
   }
 }
 
+// Quality, which a faster run must not lose: a run that diverged where the other did not,
+// validation and test accuracy (points) and the final training loss (relative). A metric only
+// one file has is named, not judged.
+void add_quality(const RunMetrics& a, const RunMetrics& b, const CompareOptions& o,
+                 Comparison& c) {
+  std::vector<std::string> judged, one_sided;
+  if (a.diverged.empty() != b.diverged.empty()) {
+    MetricComparison m;
+    m.name = "diverged";
+    m.a = a.diverged.empty() ? 0 : 1;
+    m.b = b.diverged.empty() ? 0 : 1;
+    m.verdict = b.diverged.empty() ? Verdict::kImprovement : Verdict::kRegression;
+    m.basis = concat(b.diverged.empty() ? "A" : "B", " diverged ",
+                     b.diverged.empty() ? a.diverged : b.diverged);
+    c.metrics.push_back(m);
+    judged.push_back("divergence");
+  }
+  const std::string tolerance = concat("tolerance ", format_fixed(o.accuracy_tolerance_pts, 1),
+                                       " points");
+  auto accuracy = [&](const char* name, double va, double vb) {  // points, higher is better
+    if (va >= 0 && vb >= 0) {
+      c.metrics.push_back(compare_within(name, va, vb, vb - va, o.accuracy_tolerance_pts,
+                                         /*lower_is_better=*/false, tolerance));
+      judged.push_back(name);
+    } else if (va >= 0 || vb >= 0) {
+      one_sided.push_back(concat(name, " (only ", va >= 0 ? "A" : "B", " has it)"));
+    }
+  };
+  accuracy("val_accuracy_pct", a.val_accuracy, b.val_accuracy);
+  accuracy("test_accuracy_pct", a.test_accuracy, b.test_accuracy);
+  if (a.final_loss > 0 && b.final_loss > 0) {  // lower is better
+    c.metrics.push_back(compare_within("final_loss", a.final_loss, b.final_loss,
+                                       pct_change(a.final_loss, b.final_loss), kLossTolerancePct,
+                                       /*lower_is_better=*/true,
+                                       concat("tolerance ", format_fixed(kLossTolerancePct, 0),
+                                              "%")));
+    judged.push_back("final_loss");
+  } else if (a.final_loss > 0 || b.final_loss > 0) {
+    one_sided.push_back(concat("final_loss (only ", a.final_loss > 0 ? "A" : "B", " has it)"));
+  }
+  std::string text;
+  for (const std::string& n : judged) text += (text.empty() ? "" : ", ") + n;
+  if (text.empty())
+    text = a.kind == "profile" || b.kind == "profile"
+               ? "none: a profile measures speed only"
+               : "none: neither file has accuracy or loss";
+  if (!one_sided.empty()) {
+    text += "; not judged: ";
+    for (size_t i = 0; i < one_sided.size(); ++i) text += (i ? ", " : "") + one_sided[i];
+  }
+  c.quality_judged = text;
+}
+
 }  // namespace
 
 Comparison compare_runs(const RunMetrics& a, const RunMetrics& b, const CompareOptions& o) {
@@ -273,19 +332,7 @@ Comparison compare_runs(const RunMetrics& a, const RunMetrics& b, const CompareO
                                        concat("tolerance ",
                                               format_fixed(o.memory_tolerance_pct, 1), "%")));
   }
-  if (a.test_accuracy >= 0 && b.test_accuracy >= 0) {  // points, higher is better
-    c.metrics.push_back(compare_within(
-        "test_accuracy_pct", a.test_accuracy, b.test_accuracy, b.test_accuracy - a.test_accuracy,
-        o.accuracy_tolerance_pts, /*lower_is_better=*/false,
-        concat("tolerance ", format_fixed(o.accuracy_tolerance_pts, 1), " points")));
-  }
-  if (a.final_loss > 0 && b.final_loss > 0) {  // lower is better
-    c.metrics.push_back(compare_within("final_loss", a.final_loss, b.final_loss,
-                                       pct_change(a.final_loss, b.final_loss), kLossTolerancePct,
-                                       /*lower_is_better=*/true,
-                                       concat("tolerance ", format_fixed(kLossTolerancePct, 0),
-                                              "%")));
-  }
+  add_quality(a, b, o, c);
   add_time_to_target(a, b, o, c);
   return c;
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "saturate/report/html_report.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
+#include "saturate/core/units.h"
 #include "saturate/diagnose/diagnose.h"
 #include "saturate/report/train_report.h"
 #include "saturate/telemetry/noise_scale.h"
@@ -86,8 +89,12 @@ json plan_input(const json& plan, const std::string& path) {
   for (const json& t : plan["trials"]) {
     SATURATE_CHECK(t.is_object() && t.contains("config") && t["config"].is_object(), where,
                    ": every trial needs a config object");
-    in["trials"].push_back({{"batch_size", t["config"].value("batch_size", 0)},
-                            {"precision", t["config"].value("precision", std::string("fp32"))},
+    const json& c = t["config"];
+    in["trials"].push_back({{"batch_size", c.value("batch_size", 0)},
+                            {"accumulate", c.value("accumulate", 1)},
+                            {"precision", c.value("precision", std::string("fp32"))},
+                            {"memory_format", c.value("memory_format", std::string("contiguous"))},
+                            {"threads", c.value("threads", 0)},
                             {"stage", t.value("stage", std::string())},
                             {"purpose", t.value("purpose", std::string())},
                             {"fits", t.value("outcome", std::string("fits")) == "fits"},
@@ -95,6 +102,13 @@ json plan_input(const json& plan, const std::string& path) {
                             {"peak_memory_bytes", t.value("peak_memory_bytes", 0)}});
   }
   in["chosen"] = plan["config"];
+  // The user's configuration, as the baseline stage measured it.
+  for (const json& t : plan["trials"])
+    if (t.value("stage", std::string()) == "baseline" && t["config"].is_object()) {
+      in["baseline_config"] = t["config"];
+      break;
+    }
+  in["interrupted"] = plan.value("interrupted", false);
   in["baseline"] = plan["baseline"];
   in["tuned"] = plan["tuned"];
   in["quality"] = plan.value("quality", json::object());
@@ -113,6 +127,7 @@ json run_input(std::istream& lines, const std::string& path) {
   in["title"] = "saturate run: " + path;
   json steps = json::array();
   json evals = json::array();
+  json context = json::object();
   std::string line;
   int64_t n = 0;
   while (std::getline(lines, line)) {
@@ -125,6 +140,11 @@ json run_input(std::istream& lines, const std::string& path) {
       throw Error(concat("report: ", path, ": line ", n, ": not JSON (", e.what(), ")"));
     }
     SATURATE_CHECK(j.is_object(), "report: ", path, ": line ", n, ": expected an object");
+    if (j.value("type", std::string()) == "context") {  // train's first line: machine and run
+      context = j;
+      context.erase("type");
+      continue;
+    }
     if (j.value("type", std::string()) == "eval") {
       // Validation (or test) metrics every --eval-every steps and at the end.
       for (const char* key : {"step", "value"})
@@ -175,7 +195,7 @@ json run_input(std::istream& lines, const std::string& path) {
   }
   facts.warmup_steps = std::min<int64_t>(5, static_cast<int64_t>(facts.steps.size()) / 5);
   in["findings"] = findings_to_json(diagnose(facts));
-  in["context"] = json::object();
+  in["context"] = context;
   return in;
 }
 
@@ -238,9 +258,11 @@ constexpr const char* kScript = R"JS(
   var gp = document.getElementById('goodput'), gt = document.getElementById('goodput-text');
   if (data.goodput) {
     var g = data.goodput, n = g.noise_scale;
-    gt.appendChild(el('p', 'Gradient noise scale ' + fmt(n.phi, 0) + ' (95%: ' + fmt(n.low, 0) + '–' +
-                   (n.high === null ? '∞' : fmt(n.high, 0)) + ', ' + n.kind + ', ' + n.steps +
-                   ' steps of ' + n.b_small + ' vs ' + n.b_big + ' samples). ' + g.why));
+    var why = g.why ? g.why.charAt(0).toUpperCase() + g.why.slice(1) : '';
+    gt.appendChild(el('p', 'Gradient noise scale ' + (n.phi === null ? 'not resolved' : fmt(n.phi, 0) +
+                   ' (95%: ' + fmt(n.low, 0) + '–' + (n.high === null ? '∞' : fmt(n.high, 0)) + ')') +
+                   ', ' + n.kind + ', ' + n.steps + ' steps of ' + n.b_small + ' vs ' + n.b_big +
+                   ' samples. ' + why));
     // What the quality guard trained along the curve: predicted against measured efficiency.
     (g.guard_branches || []).forEach(function (b) {
       var measured = b.diverged ? 'diverged' : b.measured_efficiency === null ? 'not measured' :
@@ -259,78 +281,152 @@ constexpr const char* kScript = R"JS(
       });
     } else {
       document.getElementById('chart-goodput').setAttribute('data-rendered', 'none');
+      document.getElementById('chart-goodput').style.display = 'none';
     }
   } else if (data.gns_text) {
     gt.appendChild(el('p', 'Gradient noise scale measured in the steps: ' + data.gns_text + '.'));
     document.getElementById('chart-goodput').setAttribute('data-rendered', 'none');
+    document.getElementById('chart-goodput').style.display = 'none';
   } else {
     gp.style.display = 'none';
   }
 
+  // Axes that start at zero, a bounded number of ticks on numeric x axes.
+  var y0 = function (label) { return { label: { text: label, position: 'outer-middle' }, min: 0, padding: { bottom: 0 } }; };
+  var short = function (v) {  // 12000 -> 12k, 1500000 -> 1.5M
+    var a = Math.abs(v), u = a >= 1e6 ? [1e6, 'M'] : a >= 1e3 ? [1e3, 'k'] : [1, ''];
+    var x = v / u[0];
+    return (u[0] === 1 || Math.abs(x - Math.round(x)) < 0.05 ? Math.round(x) : x.toFixed(1)) + u[1];
+  };
+  var xn = function (label) { return { label: { text: label, position: 'outer-center' }, tick: { count: 7, fit: false, format: short } }; };
+  // A batch-size axis: ticks at the batches measured, at most 8 of them.
+  var xb = function (batches) {
+    var u = batches.filter(function (b, i, a) { return a.indexOf(b) === i; }).sort(function (a, b) { return a - b; });
+    var step = Math.ceil(u.length / 8);
+    return { label: { text: 'batch size', position: 'outer-center' },
+             tick: { values: u.filter(function (_, i) { return i % step === 0 || i === u.length - 1; }), fit: false, format: short } };
+  };
+  function smooth(v, w) {  // trailing mean over w values
+    var out = [], sum = 0;
+    for (var i = 0; i < v.length; i++) { sum += v[i]; if (i >= w) sum -= v[i - w]; out.push(sum / Math.min(i + 1, w)); }
+    return out;
+  }
+  function headline(lines) {
+    var h = document.getElementById('headline');
+    lines.forEach(function (l, i) { h.appendChild(el(i ? 'p' : 'p', l, i ? 'sub' : 'lead')); });
+  }
+  function describe(c) {
+    return 'batch ' + c.batch_size + (c.accumulate > 1 ? ' (' + c.accumulate + ' micro-batches)' : '') + ', ' +
+        c.precision + (c.memory_format === 'channels-last' ? ', channels-last' : '') +
+        (c.threads ? ', ' + c.threads + (c.threads === 1 ? ' thread' : ' threads') : '') +
+        (c.workers ? ', ' + c.workers + (c.workers === 1 ? ' worker' : ' workers') : '') + (c.world_size > 1 ? ', ' + c.world_size + ' ranks' : '') +
+        (c.lr ? ', lr ' + fmt(c.lr, 6) : '');
+  }
+
   if (data.kind === 'plan') {
     document.getElementById('run-only').style.display = 'none';
+    var q = data.quality || {}, b0 = data.baseline.samples_per_s, b1 = data.tuned.samples_per_s;
+    var share = q.metric === undefined || /accuracy/.test(q.metric);
+    var metric = function (v) { return share ? fmt(100 * v, 2) + '%' : fmt(v, 4); };
+    headline([
+      (data.interrupted ? 'Partial plan (tune interrupted): ' : 'Plan: ') + describe(data.chosen),
+      fmt(b0) + ' → ' + (b1 > 0 ? fmt(b1) + ' samples/s (' + fmt(b1 / b0, 2) + '×)' : 'not measured at this configuration'),
+      'Quality ' + (q.status || 'not checked') + (q.baseline !== undefined && q.tuned !== undefined && q.status !== 'not_run' ?
+          ': ' + (q.metric || 'validation accuracy') + ' ' + metric(q.tuned) + ' vs ' + metric(q.baseline) + ' with your settings' : '') +
+          (data.goodput && data.goodput.chosen_batch !== data.goodput.user_batch ?
+           '; batch chosen for time to quality (predicted ' + fmt(data.goodput.predicted_speedup, 2) + '× sooner)' : '')]);
     var st = document.getElementById('stages');
     data.stages.forEach(function (s) {
       var tr = el('tr');
-      [s.name, fmt(s.before_samples_per_s), fmt(s.after_samples_per_s), s.changed ? 'changed' : '', s.why].forEach(function (c) { tr.appendChild(el('td', c)); });
+      [s.name, s.before_samples_per_s > 0 ? fmt(s.before_samples_per_s) : '–',
+       s.after_samples_per_s > 0 ? fmt(s.after_samples_per_s) : '–', s.changed ? 'changed' : '', s.why].forEach(function (c) { tr.appendChild(el('td', c)); });
       st.appendChild(tr);
     });
+    // Each stage's figure, then the plan's own (what train --config runs).
+    var names = data.stages.map(function (s) { return s.name; }).concat(['plan']);
+    var rates = data.stages.map(function (s) { return s.after_samples_per_s; }).concat([b1]);
     chart('chart-stages', {
-      data: { x: 'stage', columns: [['stage'].concat(data.stages.map(function (s) { return s.name; })),
-                                    ['samples/s after'].concat(data.stages.map(function (s) { return s.after_samples_per_s; }))], type: 'bar' },
-      axis: { x: { type: 'category' }, y: { label: 'samples/s' } }, legend: { show: false }
+      data: { x: 'stage', columns: [['stage'].concat(names), ['samples/s'].concat(rates)], type: 'bar',
+              color: function (c, d) { return d && d.index === names.length - 1 ? '#2ca02c' : '#1f77b4'; } },
+      axis: { x: { type: 'category' }, y: y0('samples/s') }, legend: { show: false }
     });
-    // Throughput and memory against batch size, per precision; OOMs at the limit line.
+    // Throughput and memory against batch size, one series per precision, layout and threads.
     var chosen = data.chosen.batch_size, limit = data.memory_limit_bytes || 0;
-    var precisions = {};
-    data.trials.forEach(function (t) { precisions[t.precision] = true; });
+    var key = function (t) { return t.precision + (t.memory_format === 'channels-last' ? ', channels-last' : '') +
+        (t.threads ? ', ' + t.threads + (t.threads === 1 ? ' thread' : ' threads') : ''); };
+    var series = {};
+    data.trials.forEach(function (t) { series[key(t)] = true; });
     var xs = {}, cols = [], memxs = {}, memcols = [];
-    Object.keys(precisions).forEach(function (p) {
-      var fit = data.trials.filter(function (t) { return t.precision === p && t.fits && t.samples_per_s > 0; });
+    Object.keys(series).forEach(function (k, i) {
+      var fit = data.trials.filter(function (t) { return key(t) === k && t.fits && t.samples_per_s > 0; });
       fit.sort(function (a, b) { return a.batch_size - b.batch_size; });
       if (fit.length) {
-        xs[p] = p + '_x'; cols.push([p + '_x'].concat(fit.map(function (t) { return t.batch_size; })));
-        cols.push([p].concat(fit.map(function (t) { return t.samples_per_s; })));
+        xs[k] = 'x' + i; cols.push(['x' + i].concat(fit.map(function (t) { return t.batch_size; })));
+        cols.push([k].concat(fit.map(function (t) { return t.samples_per_s; })));
       }
-      var mem = data.trials.filter(function (t) { return t.precision === p && t.fits && t.peak_memory_bytes > 0; });
+      var mem = data.trials.filter(function (t) { return key(t) === k && t.fits && t.peak_memory_bytes > 0; });
       mem.sort(function (a, b) { return a.batch_size - b.batch_size; });
       if (mem.length) {
-        memxs[p + ' peak MiB'] = p + '_mx'; memcols.push([p + '_mx'].concat(mem.map(function (t) { return t.batch_size; })));
-        memcols.push([p + ' peak MiB'].concat(mem.map(function (t) { return +mib(t.peak_memory_bytes); })));
+        memxs[k] = 'm' + i; memcols.push(['m' + i].concat(mem.map(function (t) { return t.batch_size; })));
+        memcols.push([k].concat(mem.map(function (t) { return +mib(t.peak_memory_bytes); })));
       }
     });
     var ooms = data.trials.filter(function (t) { return !t.fits; });
     if (ooms.length) {
-      memxs['OOM'] = 'oom_x';
+      memxs['out of memory'] = 'oom_x';
       memcols.push(['oom_x'].concat(ooms.map(function (t) { return t.batch_size; })));
-      memcols.push(['OOM'].concat(ooms.map(function () { return limit ? +mib(limit) : 0; })));
+      memcols.push(['out of memory'].concat(ooms.map(function () { return limit ? +mib(limit) : 0; })));
     }
+    var chosenLine = { x: { lines: [{ value: chosen, text: 'plan: ' + chosen, position: 'start' }] } };
+    var measured = data.trials.filter(function (t) { return t.fits; }).map(function (t) { return t.batch_size; });
     chart('chart-throughput', {
       data: { xs: xs, columns: cols, type: 'scatter' },
-      axis: { x: { label: 'batch size', tick: { fit: false } }, y: { label: 'samples/s' } },
-      grid: { x: { lines: [{ value: chosen, text: 'chosen ' + chosen }] } }
+      axis: { x: xb(measured), y: y0('samples/s') }, grid: chosenLine
     });
     var memspec = {
-      data: { xs: memxs, columns: memcols, type: 'scatter', colors: { 'OOM': '#d62728' } },
-      axis: { x: { label: 'batch size', tick: { fit: false } }, y: { label: 'peak memory (MiB)' } },
-      grid: { x: { lines: [{ value: chosen, text: 'chosen ' + chosen }] }, y: { lines: [] } }
+      data: { xs: memxs, columns: memcols, type: 'scatter', colors: { 'out of memory': '#d62728' } },
+      axis: { x: xb(data.trials.map(function (t) { return t.batch_size; })), y: y0('peak memory (MiB)') },
+      grid: { x: chosenLine.x, y: { lines: [] } }
     };
-    if (limit) memspec.grid.y.lines.push({ value: +mib(limit), text: 'limit ' + mib(limit) + ' MiB' });
+    if (limit) memspec.grid.y.lines.push({ value: +mib(limit), text: 'limit ' + mib(limit) + ' MiB', position: 'start' });
     chart('chart-memory', memspec);
+    // Time per sample: the two runs have different batches, so ms per step would not compare.
     var phases = ['data_wait', 'host_to_device', 'forward', 'backward', 'optimizer', 'other'];
+    var bc = data.baseline_config || data.chosen;
+    var per = function (m, c) { return function (p) { return 1000 * ((m.phases_ms || {})[p] || 0) / Math.max(1, c.batch_size * (c.world_size || 1)); }; };
     chart('chart-breakdown', {
-      data: { x: 'run', columns: [['run', 'baseline', 'tuned']].concat(phases.map(function (p) {
-        return [p, (data.baseline.phases_ms || {})[p] || 0, (data.tuned.phases_ms || {})[p] || 0]; })),
+      data: { x: 'run', columns: [['run', 'yours (batch ' + bc.batch_size + ')', 'plan (batch ' + chosen + ')']].concat(phases.map(function (p) {
+        return [p, per(data.baseline, bc)(p), per(data.tuned, data.chosen)(p)]; })),
         type: 'bar', groups: [phases] },
-      axis: { x: { type: 'category' }, y: { label: 'ms per step' } }
+      axis: { x: { type: 'category' }, y: y0('µs per sample') }
     });
-    var q = data.quality || {};
-    var loss = [];
-    if (q.baseline_losses && q.baseline_losses.length) loss.push(['baseline'].concat(q.baseline_losses));
-    if (q.tuned_losses && q.tuned_losses.length) loss.push(['tuned'].concat(q.tuned_losses));
-    if (loss.length) {
-      chart('chart-loss', { data: { columns: loss }, point: { show: false },
-                            axis: { x: { label: 'step of the quality run' }, y: { label: 'training loss' } } });
+    // The guard's training losses against samples seen, smoothed; its validation at the end.
+    var curves = [], lxs = {};
+    function curve(name, losses, batch) {
+      if (!losses || !losses.length) return;
+      var w = Math.max(1, Math.round(losses.length / 25));
+      lxs[name] = name + '_x';
+      curves.push([name + '_x'].concat(losses.map(function (_, i) { return (i + 1) * batch; })));
+      curves.push([name].concat(smooth(losses, w)));
+    }
+    curve('yours (batch ' + bc.batch_size + ')', q.baseline_losses, bc.batch_size);
+    curve('plan (batch ' + chosen + ')', q.tuned_losses, chosen);
+    if (curves.length) {
+      var vals = [], vxs = {}, axes = {};
+      [['yours: validation', q.baseline_losses, bc.batch_size, q.baseline], ['plan: validation', q.tuned_losses, chosen, q.tuned]].forEach(function (v) {
+        if (!v[1] || !v[1].length || v[3] === undefined) return;
+        vxs[v[0]] = v[0] + '_x'; vals.push([v[0] + '_x', v[1].length * v[2]]); vals.push([v[0], share ? 100 * v[3] : v[3]]); axes[v[0]] = 'y2';
+      });
+      var types = {};
+      Object.keys(vxs).forEach(function (k) { types[k] = 'scatter'; });
+      chart('chart-loss', {
+        data: { xs: Object.assign(lxs, vxs), columns: curves.concat(vals), axes: axes, types: types },
+        point: { r: function (d) { return axes[d.id] ? 6 : 0; }, focus: { expand: { enabled: false } } },
+        axis: { x: xn('training samples seen'), y: y0('training loss (smoothed)'),
+                y2: { show: vals.length > 0, min: share ? 0 : undefined, max: share ? 100 : undefined,
+                      padding: { top: 5, bottom: 0 },
+                      label: { text: share ? 'validation accuracy (%), end of run' : (q.metric || 'validation'), position: 'outer-middle' } } }
+      });
     } else {
       document.getElementById('chart-loss').textContent = 'The quality guard did not run: no loss curves.';
       document.getElementById('chart-loss').setAttribute('data-rendered', 'none');
@@ -338,42 +434,60 @@ constexpr const char* kScript = R"JS(
   } else {
     document.getElementById('plan-only').style.display = 'none';
     var steps = data.steps;
+    var seen = [], total = 0;
+    steps.forEach(function (s) { total += s.samples || 0; seen.push(total); });
+    var rate = steps.map(function (s) { return s.step_ms > 0 ? s.samples / (s.step_ms / 1000) : 0; });
+    var sorted = rate.slice(Math.min(5, Math.floor(rate.length / 5))).sort(function (a, b) { return a - b; });
+    var median = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
+    var tail = steps.slice(-Math.min(50, steps.length));
+    var lastLoss = tail.reduce(function (a, s) { return a + s.loss; }, 0) / Math.max(1, tail.length);
+    var lastEval = {};
+    (data.evals || []).forEach(function (e) { lastEval[e.metric] = e.value; });
+    var evalText = Object.keys(lastEval).map(function (m) { return m + ' ' + (/accuracy/.test(m) ? fmt(100 * lastEval[m], 2) + '%' : fmt(lastEval[m], 4)); }).join(', ');
+    var c = data.context || {};
+    headline([(c.model ? c.model + ' on ' + c.data + ': ' : '') + steps.length + ' steps, ' + total + ' samples, median ' + fmt(median) + ' samples/s',
+              'Final training loss ' + fmt(lastLoss, 4) + ' (mean of the last ' + tail.length + (tail.length === 1 ? ' step)' : ' steps)') +
+              (evalText ? '; last evaluation: ' + evalText : '')]);
     var ph = ['data_wait_ms', 'host_to_device_ms', 'forward_ms', 'backward_ms', 'optimizer_ms', 'other_ms'];
+    var w = Math.max(1, Math.round(steps.length / 100));
+    // Warm-up steps (allocation, first kernels) left out: they would set the scale.
+    var warm = Math.min(5, Math.floor(steps.length / 5));
     chart('chart-breakdown', {
-      data: { x: 'step', columns: [['step'].concat(steps.map(function (s) { return s.step; }))].concat(
-        ph.map(function (p) { return [p].concat(steps.map(function (s) { return s[p] || 0; })); })),
-        type: 'area', groups: [ph] },
-      point: { show: false }, axis: { y: { label: 'ms per step' } }
+      data: { x: 'samples', columns: [['samples'].concat(seen.slice(warm))].concat(ph.map(function (p) {
+        return [p.replace('_ms', '')].concat(smooth(steps.slice(warm).map(function (s) { return 1000 * (s[p] || 0) / Math.max(1, s.samples || 1); }), w)); })),
+        type: 'area', groups: [ph.map(function (p) { return p.replace('_ms', ''); })] },
+      point: { show: false }, axis: { x: xn('training samples seen'), y: y0('µs per sample (after ' + warm + ' warm-up steps)') }
     });
     // Evaluations (--eval-every and the end): losses beside the training loss, the other
-    // metrics (accuracy) in a chart of their own; each metric on its own steps.
-    var lossCols = [['step'].concat(steps.map(function (s) { return s.step; })),
-                    ['loss'].concat(steps.map(function (s) { return s.loss; }))];
-    var lossXs = { loss: 'step' }, evalCols = [], evalXs = {}, byMetric = {};
+    // metrics (accuracy) in a chart of their own; each at the samples seen at its step.
+    var atStep = {};
+    steps.forEach(function (s, i) { atStep[s.step] = seen[i]; });
+    var samplesAt = function (step) { return atStep[step] !== undefined ? atStep[step] : total; };
+    var lossCols = [['samples'].concat(seen), ['training loss'].concat(smooth(steps.map(function (s) { return s.loss; }), w))];
+    var lossXs = { 'training loss': 'samples' }, evalCols = [], evalXs = {}, byMetric = {};
     (data.evals || []).forEach(function (e) { (byMetric[e.metric] = byMetric[e.metric] || []).push(e); });
     Object.keys(byMetric).forEach(function (m) {
       var pts = byMetric[m], isLoss = /loss/.test(m);
       var cols = isLoss ? lossCols : evalCols, xs = isLoss ? lossXs : evalXs;
-      cols.push(['step_' + m].concat(pts.map(function (p) { return p.step; })));
+      cols.push(['x_' + m].concat(pts.map(function (p) { return samplesAt(p.step); })));
       cols.push([m].concat(pts.map(function (p) { return p.value; })));
-      xs[m] = 'step_' + m;
+      xs[m] = 'x_' + m;
     });
     chart('chart-loss', {
       data: { xs: lossXs, columns: lossCols }, point: { show: false },
-      axis: { x: { label: 'step' }, y: { label: 'loss' } }
+      axis: { x: xn('training samples seen'), y: y0('loss') }
     });
     if (evalCols.length) {
       chart('chart-eval', { data: { xs: evalXs, columns: evalCols },
-                            axis: { x: { label: 'step' }, y: { label: 'metric' } } });
+                            axis: { x: xn('training samples seen'), y: y0('metric') } });
     } else {
       var ce = document.getElementById('chart-eval');
       ce.textContent = 'No evaluations in this run (train --eval-every N adds them).';
       ce.setAttribute('data-rendered', 'none');
     }
     chart('chart-throughput', {
-      data: { x: 'step', columns: [['step'].concat(steps.map(function (s) { return s.step; })),
-        ['samples/s'].concat(steps.map(function (s) { return s.step_ms > 0 ? s.samples / (s.step_ms / 1000) : 0; }))] },
-      point: { show: false }, axis: { y: { label: 'samples/s' } }
+      data: { x: 'samples', columns: [['samples'].concat(seen), ['samples/s'].concat(smooth(rate, w))] },
+      point: { show: false }, axis: { x: xn('training samples seen'), y: y0('samples/s') }
     });
   }
   document.body.setAttribute('data-report', 'done');
@@ -388,6 +502,8 @@ table { border-collapse: collapse; } td, th { padding: 3px 10px; border-bottom: 
 .finding { padding: 6px 10px; margin: 6px 0; border-left: 4px solid #999; background: #fafafa; }
 .finding.critical { border-color: #d62728; } .finding.warning { border-color: #ff7f0e; } .finding.info { border-color: #1f77b4; }
 .evidence { color: #666; font-size: 12px; } #errors { color: #d62728; white-space: pre; }
+#headline { margin: 8px 0 16px; padding: 10px 14px; background: #f4f8f4; border-left: 4px solid #2ca02c; }
+#headline .lead { font-size: 18px; font-weight: 600; margin: 0 0 4px; } #headline .sub { margin: 2px 0; }
 )CSS";
 
 }  // namespace
@@ -403,6 +519,23 @@ ReportAssets load_report_assets() {
 }
 
 json read_report_input(const std::string& path) {
+  struct stat st {};
+  const bool found = ::stat(path.c_str(), &st) == 0;
+  if (found && S_ISDIR(st.st_mode)) {
+    // A --logdir folder: its steps.jsonl, or rank 0's under data parallel.
+    for (const char* name : {"/steps.jsonl", "/rank0/steps.jsonl"}) {
+      struct stat f {};
+      if (::stat((path + name).c_str(), &f) == 0 && S_ISREG(f.st_mode))
+        return read_report_input(path + name);
+    }
+    SATURATE_CHECK(false, "report: ", path, " is a folder without a steps.jsonl (give a train "
+                   "--logdir folder, a steps.jsonl or a plan.json from tune)");
+  }
+  // The whole file is parsed in memory: a size no run writes is refused before reading it.
+  constexpr int64_t kMaxInputBytes = 1LL << 30;
+  SATURATE_CHECK(!found || static_cast<int64_t>(st.st_size) <= kMaxInputBytes, "report: ", path,
+                 ": ", format_bytes(static_cast<int64_t>(st.st_size)), " is larger than the ",
+                 format_bytes(kMaxInputBytes), " a report reads");
   std::ifstream in(path, std::ios::binary);
   SATURATE_CHECK(in.good(), "report: cannot read ", path);
   std::ostringstream text;
@@ -438,7 +571,7 @@ std::string html_report(const json& input, const ReportAssets& assets) {
     << html_escape(title) << "</title>\n<style>" << script_safe(assets.c3_css) << kStyle
     << "</style>\n<script>" << script_safe(assets.d3_js) << "</script>\n<script>"
     << script_safe(assets.c3_js) << "</script>\n</head><body>\n"
-    << "<h1 id=\"title\"></h1>\n<p>From <code>" << html_escape(input.value("source", std::string()))
+    << "<h1 id=\"title\"></h1>\n<div id=\"headline\"></div>\n<p>From <code>" << html_escape(input.value("source", std::string()))
     << "</code>. Charts: c3 " << "on d3, inlined; this file needs no network.</p>\n"
     << "<div id=\"errors\"></div>\n"
     << "<div id=\"exec\"><h2>Your program</h2></div>\n"

@@ -27,9 +27,10 @@ void print_plan_result(std::ostream& out, const Plan& plan, const std::string& p
   out << "plan" << (plan.interrupted ? " (interrupted: partial)" : "") << ": "
       << plan.config.describe()
       << (plan.exec.empty() ? ", lr " + format_fixed(plan.config.train.lr, 6) : std::string())
-      << "\n  "
-      << format_fixed(plan.baseline.samples_per_s, 1) << " → "
-      << format_fixed(plan.tuned.samples_per_s, 1) << " samples/s";
+      << "\n  " << format_fixed(plan.baseline.samples_per_s, 1) << " → "
+      << (plan.tuned.samples_per_s > 0 ? format_fixed(plan.tuned.samples_per_s, 1)
+                                       : std::string("(not measured at this configuration)"))
+      << " samples/s";
   if (gain > 0) out << " (" << format_fixed(gain, 2) << "×)";
   out << ", peak " << format_bytes(plan.tuned.peak_memory_bytes) << "; quality "
       << to_string(plan.quality.status) << "; " << plan.probe_steps << " trial steps in "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "report/profile_phases.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/report/findings_table.h"
 #include "saturate/report/profile_report.h"
@@ -112,7 +113,7 @@ void write_device_samples(std::ostream& out, const Profile& p) {
 void write_profile_table(std::ostream& out, const Profile& p,
                          const std::vector<Finding>& findings) {
   out << "saturate profile: " << p.model << " on " << p.data << ", " << p.device.str() << ", "
-      << (p.threads > 0 ? std::to_string(p.threads) + " threads, " : std::string()) << "batch "
+      << (p.threads > 0 ? count_of(p.threads, "thread") + ", " : std::string()) << "batch "
       << p.train.batch_size << ", "
       << to_string(p.train.precision) << "\n";
   out << "  samples/s     " << format_fixed(p.throughput.samples_per_s, 1) << " (median of "

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ostream>
 
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/report/context.h"
 
@@ -149,7 +150,7 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
     out << "  " << key << v << "\n";
   };
   out << "saturate train: " << r.model << " on " << r.data << ", " << r.device << ", "
-      << r.threads << " threads" << (s.is_interrupted ? " (interrupted)" : "") << "\n";
+      << count_of(r.threads, "thread") << (s.is_interrupted ? " (interrupted)" : "") << "\n";
   row("steps", std::to_string(s.steps) + " (" + format_fixed(s.epochs, 2) + " epochs, batch " +
                    std::to_string(o.batch_size) +
                    (world > 1 ? " per rank × " + std::to_string(world) + " ranks = " +
@@ -181,7 +182,10 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
   row("train time", format_duration_s(s.train_wall_s));
   if (s.resumed_from_step >= 0) row("resumed", "from step " + std::to_string(s.resumed_from_step));
   if (!s.last_checkpoint.empty()) row("checkpoint", s.last_checkpoint);
-  row("final loss", format_fixed(s.final_loss, 4) + " (mean of the last 50 steps)");
+  row("final loss", format_fixed(s.final_loss, 4) + " (mean of the last " +
+                        (s.final_loss_steps == 1 ? std::string("step")
+                                                 : count_of(s.final_loss_steps, "step")) +
+                        ")");
   if (!std::isnan(s.val_accuracy)) {
     row("val accuracy", format_fixed(100.0 * s.val_accuracy, 2) + " %");
     row("val loss", format_fixed(s.val_loss, 4));

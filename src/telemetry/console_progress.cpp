@@ -10,14 +10,20 @@
 namespace saturate {
 
 ConsoleProgress::ConsoleProgress(std::ostream& out, bool is_tty, std::string label,
-                                 double min_interval_ms)
-    : out_(out), is_tty_(is_tty), label_(std::move(label)), min_interval_ms_(min_interval_ms) {}
+                                 double min_interval_ms, bool transient)
+    : out_(out),
+      is_tty_(is_tty),
+      label_(std::move(label)),
+      min_interval_ms_(min_interval_ms),
+      transient_(transient) {}
 
 void ConsoleProgress::on_begin(int64_t total_steps) {
   total_ = total_steps;
   steps_ = 0;
   last_printed_decile_ = -1;
   drawn_ = false;
+  loss_ema_ = samples_per_s_ = window_samples_ = window_ms_ = 0.0;
+  eta_s_ = -1.0;
 }
 
 std::string ConsoleProgress::format_line(const std::string& label, int64_t step, int64_t total,
@@ -54,9 +60,14 @@ void ConsoleProgress::on_step(const StepRecord& r) {
   draw(false);
 }
 
-void ConsoleProgress::on_end() { draw(true); }
+void ConsoleProgress::on_end() {
+  if (!transient_) return draw(true);
+  if (is_tty_ && drawn_) out_ << "\r\033[K" << std::flush;  // the line goes; output follows
+  drawn_ = false;
+}
 
 void ConsoleProgress::draw(bool final_line) {
+  if (transient_ && !is_tty_) return;
   const auto now = std::chrono::steady_clock::now();
   if (is_tty_) {
     const double since = std::chrono::duration<double, std::milli>(now - last_draw_).count();

@@ -83,6 +83,12 @@ void JsonlSink::on_step(const StepRecord& r) {
   std::fwrite(line.data(), 1, line.size(), file_);
 }
 
+void JsonlSink::write_record(const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
 void JsonlSink::on_eval(int64_t step, const std::string& metric, double value) {
   const std::string line =
       nlohmann::json{{"type", "eval"}, {"step", step}, {"metric", metric}, {"value", value}}

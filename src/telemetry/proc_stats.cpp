@@ -150,6 +150,13 @@ std::vector<PidStat> read_process_group(int64_t pgrp) {
   return found;
 }
 
+std::optional<PidStat> read_pid_stat(int64_t pid) {
+  if (pid <= 0) return std::nullopt;
+  const std::optional<std::string> text =
+      read_whole_file(("/proc/" + std::to_string(pid) + "/stat").c_str());
+  return text ? parse_pid_stat(*text) : std::nullopt;
+}
+
 ProcStat read_proc_stat() {
   std::optional<std::string> text = read_whole_file("/proc/stat");
   return text ? parse_proc_stat(*text) : ProcStat{};

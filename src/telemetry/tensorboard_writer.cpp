@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "saturate/core/error.h"
+#include "saturate/core/temp_folder.h"
 
 namespace saturate {
 namespace {
@@ -81,8 +82,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
   SATURATE_CHECK(!logdir.empty(), "telemetry: --logdir is empty");
   struct stat st {};
   if (stat(logdir.c_str(), &st) != 0) {
-    SATURATE_CHECK(mkdir(logdir.c_str(), 0755) == 0, "telemetry: cannot create --logdir '", logdir,
-                   "': ", std::strerror(errno));
+    make_folders(logdir, "telemetry: --logdir");
   } else {
     SATURATE_CHECK(S_ISDIR(st.st_mode), "telemetry: --logdir '", logdir, "' is not a folder");
   }

@@ -19,6 +19,7 @@
 
 #include "saturate/core/crc32c.h"
 #include "saturate/core/error.h"
+#include "saturate/core/temp_folder.h"
 
 namespace saturate {
 namespace {
@@ -227,19 +228,6 @@ bool is_folder(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Best effort: a leftover is removed by the next writer. Checkpoint folders hold files only;
-// `depth` bounds the walk into anything else.
-void remove_tree(const std::string& path, int depth = 0) {
-  if (is_folder(path)) {
-    if (depth < 4) {
-      for (const std::string& name : entries(path)) remove_tree(path + "/" + name, depth + 1);
-    }
-    ::rmdir(path.c_str());
-  } else {
-    ::unlink(path.c_str());
-  }
-}
-
 // The size of a file, or -1 when it cannot be read.
 int64_t file_size(const std::string& path) {
   struct stat st {};
@@ -269,8 +257,7 @@ void CheckpointStore::open_for_writing() {
   if (is_open_) return;
   struct stat st {};
   if (::stat(dir_.c_str(), &st) != 0) {
-    SATURATE_CHECK(::mkdir(dir_.c_str(), 0755) == 0 || errno == EEXIST,
-                   "checkpoint: cannot create --checkpoint-dir ", dir_, ": ", std::strerror(errno));
+    make_folders(dir_, "checkpoint: --checkpoint-dir");
   } else {
     SATURATE_CHECK(S_ISDIR(st.st_mode), "checkpoint: --checkpoint-dir ", dir_, " is not a folder");
   }

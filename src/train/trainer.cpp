@@ -904,6 +904,7 @@ void Trainer::FitLoop::summarize_records() {
   double tail_loss = 0.0;
   for (size_t i = records.size() - tail; i < records.size(); ++i) tail_loss += records[i].loss;
   summary_.final_loss = tail ? tail_loss / static_cast<double>(tail) : 0.0;
+  summary_.final_loss_steps = static_cast<int64_t>(tail);
 }
 
 void Trainer::FitLoop::evaluate_at_end() {

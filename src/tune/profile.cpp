@@ -31,7 +31,7 @@ Profile describe_run(const ProfileOptions& options, const ProfileJob& job) {
   p.threads = options.threads;
   p.local_ranks = job.dist.local_world_size;
   p.workers = options.workers;
-  p.prefetch = options.prefetch;
+  p.prefetch = options.workers > 0 ? std::max(options.prefetch, options.workers) : options.prefetch;
   p.train = options.train;
   p.memory_limit_bytes = options.memory_limit_bytes;
   p.window_steps = options.window_steps;
@@ -210,7 +210,7 @@ LoaderProfile run_loader_profile(Loader& loader, int64_t batches, const std::str
   p.threads = threads;
   p.batch_size = o.batch_size;
   p.workers = o.workers;
-  p.prefetch = o.prefetch;
+  p.prefetch = o.batches_ahead();  // what the Loader made ahead, not the flag's value
   p.batches = done;
   p.samples_per_s = p.wall_s > 0 ? static_cast<double>(samples) / p.wall_s : 0.0;
   const double n = static_cast<double>(done);

@@ -17,6 +17,7 @@
 #include "saturate/distributed/data_parallel.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
+#include "saturate/telemetry/console_progress.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
 #include "saturate/train/oom_probe.h"
@@ -215,6 +216,10 @@ ProbeResult TorchTrialRunner::fit_fresh(const RunConfig& c, const TrainOptions& 
           MultiSink sinks;
           sinks.add(&sink);
           if (observer_) sinks.add(observer_);
+          if (progress_) {
+            progress_->set_label("tune: " + progress_label_);
+            sinks.add(progress_);
+          }
           const TrainSummary s = trainer->fit(loader, eval_, &sinks);
           if (summary) *summary = s;
         }
@@ -244,6 +249,7 @@ TrialOutcome TorchTrialRunner::run(const TrialRequest& request) {
   o.evaluate = false;
   o.timing_warmup_steps = warmup;
   MemorySink sink;
+  progress_label_ = "measuring " + c.describe();
   // Failures other than running out of memory end the search: the model cannot train at all.
   ProbeResult p;
   try {
@@ -295,6 +301,7 @@ EvalTrial TorchTrialRunner::evaluate(const RunConfig& c, int64_t eval_batch, int
   const TensorDataset warm = head(eval_batch), timed = head(eval_batch * batches);
   double seconds = 0;
   MemorySink sink;
+  progress_label_ = "evaluation batch " + std::to_string(eval_batch) + ", " + c.describe();
   const ProbeResult p = fit_fresh(c, o, sink, nullptr, [&](Trainer& trainer) {
     // The evaluation's own peak, on top of what training keeps resident.
     memory_.reset_peak();
@@ -332,6 +339,7 @@ QualityRun TorchTrialRunner::train_and_validate(const RunConfig& c, int64_t samp
   MemorySink sink;
   TrainSummary s;
   const auto start = std::chrono::steady_clock::now();
+  progress_label_ = "quality run, " + c.describe() + ", " + std::to_string(samples) + " samples";
   // Out of memory in a quality run (evaluation included) is a value, as in a trial.
   const ProbeResult p = fit_fresh(c, o, sink, &s);
   QualityRun q;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "saturate/core/strings.h"
+
 namespace saturate {
 
 int64_t steps_for_timed(double min_timed_s, double samples_per_s, int64_t batch,
@@ -24,7 +26,7 @@ std::string RunConfig::describe() const {
   if (train.accumulate > 1) s << ", accumulate " << train.accumulate;
   if (train.recompute_segments > 0) s << ", recompute " << train.recompute_segments;
   if (train.memory_format != MemoryFormat::kContiguous) s << ", " << to_string(train.memory_format);
-  if (threads > 0) s << ", " << threads << " threads";
+  if (threads > 0) s << ", " << count_of(threads, "thread");
   if (workers > 0) s << ", " << workers << " workers, prefetch " << prefetch;
   return s.str();
 }

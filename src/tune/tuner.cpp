@@ -3,6 +3,7 @@
 // what it needs through TuneState (stages/tune_state.h); adding a stage is one file and one row.
 #include "saturate/tune/tuner.h"
 
+#include "saturate/core/units.h"
 #include "stages/tune_state.h"
 
 namespace saturate {
@@ -41,6 +42,32 @@ const Stage kStages[] = {
     {"confirm", always, tune_detail::confirm, false},
 };
 
+// An interrupted tune's plan keeps what leaves the optimisation as it was (precision, layout,
+// threads, input pipeline, memory savers); a batch or learning-rate change that no quality
+// guard accepted goes back to the user's. Returns what was undone, in words ("" when nothing).
+std::string keep_only_guarded(TuneState& s) {
+  if (s.plan.quality.status == QualityStatus::kAccepted) return "";
+  const RunConfig ref = s.reference();
+  RunConfig c = s.current;
+  if (c.train.batch_size == ref.train.batch_size && c.train.lr == ref.train.lr) return "";
+  const std::string was = c.describe() + ", lr " + format_fixed(c.train.lr, 6);
+  c.train.batch_size = ref.train.batch_size;
+  c.train.lr = ref.train.lr;
+  c.train.accumulate = ref.train.accumulate;
+  c.train.warmup_steps = ref.train.warmup_steps;
+  const std::string now = c.describe() + ", lr " + format_fixed(c.train.lr, 6);
+  const std::string why = "interrupted before the quality guard checked " + was +
+                          ": the plan keeps " + now;
+  s.set_effective_batch(c.train.accumulate > 1 ? EffectiveBatchOutcome::kKept
+                                               : EffectiveBatchOutcome::kUnchanged,
+                        why);
+  s.plan.goodput.chosen = s.plan.goodput.b0;
+  s.plan.goodput.predicted_speedup = s.plan.goodput.gain = s.plan.goodput.lr_multiplier = 1;
+  // Its own measurement when a stage took one; else none (the plan says samples/s unknown).
+  s.adopt(c, s.cached(c));
+  return why;
+}
+
 }  // namespace
 
 std::vector<std::string> tune_stage_names() {
@@ -62,9 +89,12 @@ Plan tune(TrialRunner& runner, const RunConfig& base, const TuneOptions& options
     s.plan.interrupted = true;
     s.plan.quality.status = QualityStatus::kNotRun;
     s.plan.quality.why = "not run: interrupted";
-    const double now = TuneState::sps(s.current_out);
-    s.finish_stage("interrupted", now, now, false,
-                   "stopped at a trial boundary (Ctrl-C); the plan holds the stages so far");
+    const double before = TuneState::sps(s.current_out);
+    const std::string undone = keep_only_guarded(s);
+    s.finish_stage("interrupted", before, TuneState::sps(s.current_out), !undone.empty(),
+                   "stopped at a trial boundary (Ctrl-C); the plan holds the stages so far" +
+                       (undone.empty() ? std::string() : "; " + undone + " (the batch and "
+                                                         "learning rate no guard saw stay out)"));
   }
   return s.finish();
 }

@@ -204,7 +204,7 @@ def case_bad_lr(tmp):
 
 
 def case_unwritable_summary(tmp):
-    expect_usage_error(["train", "--summary-json", "/nonexistent-dir/s.json"], "--summary-json")
+    expect_usage_error(["train", "--summary-json", "/proc/no-such-dir/s.json"], "--summary-json")
 
 
 def small_train(tmp, *extra, summary="s.json"):
@@ -331,6 +331,35 @@ def case_bad_logdir(tmp):
     expect_usage_error(["train", "--logdir", "/proc/no-such-logdir"], "--logdir")
 
 
+def case_issue36_output_paths_get_their_folders(tmp):
+    # README's `--logdir runs/a` on a fresh checkout: every output path's missing folders are
+    # made, as mkdir -p would; a file in the way is one line naming it, exit 2.
+    data = make_idx_dir(tmp, n_train=128, n_test=32)
+    out = lambda *parts: os.path.join(tmp, "new", *parts)
+    code, _, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "3",
+                       "-q", "--logdir", out("runs", "a"), "--summary-json",
+                       out("sums", "x", "s.json"), "--trace", out("traces", "t.json"),
+                       "--checkpoint-dir", out("ckpt", "b"), "--checkpoint-every", "2")
+    if code != 0:
+        fail(f"train with output paths in missing folders: exit {code}\n{err}")
+    for path in (out("runs", "a", "steps.jsonl"), out("sums", "x", "s.json"),
+                 out("traces", "t.json")):
+        if not os.path.isfile(path):
+            fail(f"{path} was not written")
+    if not os.listdir(out("ckpt", "b")):
+        fail("no checkpoint in the new --checkpoint-dir")
+    # report of the --logdir folder itself (its steps.jsonl), into a missing folder.
+    code, _, err = run("report", out("runs", "a"), "--html", out("pages", "r.html"))
+    if code != 0 or not os.path.isfile(out("pages", "r.html")):
+        fail(f"report --html of a --logdir into a missing folder: exit {code}\n{err}")
+    expect_usage_error(["report", out("ckpt"), "--html", out("pages", "s.html")],
+                       "is a folder without a steps.jsonl")
+    blocker = os.path.join(tmp, "afile")
+    open(blocker, "w").close()
+    expect_usage_error(["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "1",
+                        "--logdir", os.path.join(blocker, "a")], "'" + blocker + "'")
+
+
 def config_train(tmp, plan, *extra, summary="s.json"):
     """`train --config` with `plan` (a dict, written to tmp/plan.json); returns the plan's path,
     stderr and the summary JSON."""
@@ -448,6 +477,35 @@ def case_monitor_no_nvml(tmp):
     code, out, err = run("monitor", "--interval", "50", "--count", "1")
     if code != 0 or "no NVML" not in err or "cpu" not in out:
         fail(f"monitor without NVML: exit {code}\n{out}\n{err}")
+    # Issue 36: what it watches, what a GPU would add, and a header over labelled columns.
+    header = out.splitlines()[0].split()
+    if "the whole machine" not in err or "With NVIDIA GPUs" not in err or \
+            header[:4] != ["time", "s", "cpu", "all"] or "core" not in header or "%" not in out:
+        fail(f"monitor's header:\n{out}\n{err}")
+
+
+def case_issue36_monitor_watches_a_process(tmp):
+    child = subprocess.Popen([sys.executable, "-c", "import time\nx = bytearray(50 << 20)\n"
+                              "t = time.time()\nwhile time.time() - t < 30: pass"])
+    try:
+        time.sleep(0.5)
+        code, out, err = run("monitor", "--interval", "200", "--count", "2", "--pid",
+                             str(child.pid))
+        lines = out.splitlines()
+        if code != 0 or f"pid {child.pid} cpu" not in lines[0] or len(lines) != 3 or \
+                "MiB" not in lines[-1] or f"process {child.pid} (python" not in err:
+            fail(f"monitor --pid: exit {code}\n{out}\n{err}")
+        busy = float(lines[-1].split()[-3].rstrip("%"))
+        if not 50 <= busy <= 110:
+            fail(f"a busy-looping process at {busy}% of a core:\n{out}")
+        code, out, err = run("monitor", "--count", "1", "--pid", str(child.pid), "--json")
+        j = json.loads(out)
+        if code != 0 or j["process"]["pid"] != child.pid or j["process"]["rss_bytes"] < 50 << 20:
+            fail(f"monitor --pid --json: exit {code}\n{out}")
+    finally:
+        child.kill()
+        child.wait()
+    expect_usage_error(["monitor", "--pid", str(child.pid)], f"--pid {child.pid}: no such process")
 
 
 def case_monitor_bad_interval(tmp):
@@ -508,6 +566,35 @@ def case_doctor_json(tmp):
             fail(f"check without a fix: {c}")
 
 
+def case_issue36_doctor_accepts_every_data_spec_train_accepts(tmp):
+    # Each prefixed spec that train loads, doctor checks as train opens it: ok with its sizes;
+    # a broken one fails its check with the file named.
+    data = make_idx_dir(tmp, n_train=64, n_test=16)
+    packed = os.path.join(tmp, "packed")
+    code, out, err = run("pack", "idx:" + data, packed)
+    if code != 0:
+        fail(f"pack: exit {code}\n{err}")
+    jpegs = make_jpeg_folder(tmp, n_train=16, n_test=8)
+    for spec in ("idx:" + data, "records:" + packed, "folder:" + jpegs,
+                 "folder:" + jpegs + "@16x16x1", "synthetic:1,8,8,4,32"):
+        code, out, err = run("train", "--data", spec, "--model", "mlp", "--steps", "1",
+                             "--no-eval", "-q")
+        if code != 0:
+            fail(f"train --data {spec}: exit {code}\n{err}")
+        code, out, err = run("doctor", "--json", "--no-gemm", "--data", spec)
+        checks = {c["name"]: c for c in json.loads(out)["checks"]}
+        if code not in (0, 1) or checks["dataset"]["status"] != "ok" or \
+                "train samples" not in checks["dataset"]["detail"] and \
+                "generated samples" not in checks["dataset"]["detail"]:
+            fail(f"doctor --data {spec}: exit {code}: {checks.get('dataset')}\n{err}")
+    os.remove(os.path.join(data, "train-labels-idx1-ubyte.gz"))
+    code, out, err = run("doctor", "--json", "--no-gemm", "--data", "idx:" + data)
+    c = {c["name"]: c for c in json.loads(out)["checks"]}["dataset"]
+    if code != 1 or c["status"] != "fail" or "train-labels" not in c["detail"] or \
+            "idx:DIR" not in c["fix"]:
+        fail(f"doctor --data with a missing label file: exit {code}: {c}")
+
+
 def case_interrupt(tmp):
     data = make_idx_dir(tmp, n_train=2048)
     p = subprocess.Popen([ARGS.saturate, "train", "--data", "idx:" + data, "--model", "fmnist-cnn",
@@ -561,6 +648,21 @@ def case_profile_loader_only(tmp):
     # 20 batches of 16 over 256 samples: the second epoch comes from the cache.
     if j["batches"] != 20 or not j["samples_per_s"] > 0 or not j["cache_hit_rate"] > 0:
         fail(f"loader profile: {j}")
+
+
+def case_issue36_wording(tmp):
+    # What a person reads: counts agree with their nouns, the final loss says over how many
+    # steps it is a mean, and a loader profile reports the prefetch the Loader used.
+    data = make_idx_dir(tmp)
+    code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "30",
+                         "--threads", "1", "-q")
+    if code != 0 or "1 threads" in out + err or "1 thread" not in out + err or \
+            "(mean of the last 30 steps)" not in out:
+        fail(f"train's wording:\n{out}\n{err}")
+    code, out, err = run("profile", "--data", "idx:" + data, "--loader-only", "--steps", "10",
+                         "--batch-size", "16", "--workers", "8")
+    if code != 0 or "prefetch 8" not in out:
+        fail(f"a loader with 8 workers makes 8 batches ahead, whatever --prefetch says:\n{out}")
 
 
 def case_bad_workers(tmp):
@@ -634,6 +736,47 @@ def case_compare(tmp):
         fail(f"a 10% speed-up: exit {code}\n{out}")
 
 
+def case_issue36_compare_guards_quality(tmp):
+    # Two train summaries: a run and the same run at a learning rate that wrecks it. compare
+    # must judge accuracy and loss, not only samples/s, and fail the gate (exit 1).
+    data = make_idx_dir(tmp, n_train=512, n_test=128)
+
+    def train(name, *flags):
+        path = os.path.join(tmp, name)
+        code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "40",
+                             "--batch-size", "32", "--threads", "1", "--val-fraction", "0.2",
+                             "--summary-json", path, "-q", *flags)
+        if code not in (0, 1) or not os.path.exists(path):
+            fail(f"train {flags}: exit {code}\n{err}")
+        return path
+
+    good = train("good.json", "--optimizer", "sgd", "--lr", "0.05")
+    bad = train("bad.json", "--optimizer", "sgd", "--lr", "60", "--momentum", "0.99")
+    code, out, err = run("compare", good, bad)
+    if code != 1 or "REGRESSION" not in out or "(train)" not in out:
+        fail(f"compare of a wrecked run against a good one: exit {code}\n{out}\n{err}")
+    judged = [l for l in out.splitlines() if "quality judged:" in l]
+    if not judged or not any(k in judged[0] for k in ("test_accuracy_pct", "divergence")):
+        fail(f"compare must say which quality metrics it judged:\n{out}")
+    # Controlled: the good run with only its accuracy 5 points lower (speed unchanged).
+    s = json.load(open(good))
+    for key in ("test_accuracy", "val_accuracy"):
+        s[key] -= 0.05
+    worse = os.path.join(tmp, "worse.json")
+    json.dump(s, open(worse, "w"))
+    code, out, err = run("compare", good, worse, "--json")
+    j = json.loads(out)
+    verdicts = {m["name"]: m["verdict"] for m in j["metrics"]}
+    if code != 1 or verdicts.get("test_accuracy_pct") != "regression" or \
+            verdicts.get("val_accuracy_pct") != "regression" or \
+            verdicts.get("samples_per_s") != "within noise" or \
+            "val_accuracy_pct, test_accuracy_pct, final_loss" not in j["quality_judged"]:
+        fail(f"a 5-point accuracy drop at the same speed: exit {code}\n{out}")
+    code, out, err = run("compare", good, good)
+    if code != 0 or "no regression" not in out:
+        fail(f"a run against itself: exit {code}\n{out}")
+
+
 def case_compare_bad_input(tmp):
     missing = os.path.join(tmp, "missing.json")
     expect_usage_error(["compare", missing, missing], missing)
@@ -660,6 +803,63 @@ def small_tune(tmp, *extra):
                          "--memory-limit", "96MiB", "--max-batch", "256", "--batch-size", "32",
                          "--quality-samples", "1024", "--out", plan, *extra, timeout=600)
     return code, out, err, plan
+
+
+def run_with_tty_stderr(argv, timeout=300):
+    # The command with its stderr on a pseudo-terminal (as in a person's shell); returns the
+    # exit code, stdout and what the terminal received.
+    import pty
+    import select
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ARGS.saturate, *argv], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    got, deadline = [], time.time() + timeout
+    try:
+        while time.time() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                if p.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed: the command has exited
+                break
+            if not data:
+                break
+            got.append(data)
+        out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return p.returncode, out.decode(errors="replace"), b"".join(got).decode(errors="replace")
+
+
+def case_issue36_tune_shows_progress_on_a_terminal(tmp):
+    # On a terminal, each run the tune makes shows a live line on stderr: what it measures,
+    # how far, ETA; erased when the run ends, so stdout's stage lines stay clean. -q: none.
+    data = make_idx_dir(tmp, n_train=512, n_test=128)
+    argv = ["tune", "--data", "idx:" + data, "--model", "mlp", "--threads", "1",
+            "--memory-limit", "96MiB", "--max-batch", "128", "--batch-size", "32",
+            "--quality-samples", "1024", "--max-ranks", "1", "--out",
+            os.path.join(tmp, "plan.json")]
+    code, out, tty = run_with_tty_stderr(argv)
+    if code != 0:
+        fail(f"tune on a terminal: exit {code}\n{out}\n{tty}")
+    for needle in ("tune: measuring batch", "tune: quality run, batch", "ETA", "\r\033[K"):
+        if needle not in tty:
+            fail(f"no live progress '{needle!r}' on the terminal:\n{tty[-2000:]!r}")
+    if "tune: measuring" in out or "ETA" in out:
+        fail(f"progress went to stdout:\n{out}")
+    code, out, tty = run_with_tty_stderr(argv + ["--quiet"])
+    if code != 0 or "tune: measuring" in tty or "ETA" in tty:
+        fail(f"tune --quiet on a terminal: exit {code}\n{tty[-2000:]!r}")
+    # Off a terminal (a CI log): nothing either.
+    code, out, err = run(*argv)
+    if code != 0 or "tune: measuring" in err or "ETA" in err:
+        fail(f"tune with stderr in a file: exit {code}\n{err}")
 
 
 def case_tune_small(tmp):
@@ -1356,7 +1556,7 @@ def case_issue15_tune_under_a_launcher(tmp):
     if code != 0:
         fail(f"tune under launch: exit {code}\n{out}\n{err}")
     if "[rank 1]   baseline" in out or out.count("  baseline  ") != 1 or \
-            "2 ranks × 1 threads" not in out:
+            "2 ranks × 1 thread," not in out:
         fail(f"rank 0 alone should report the tune of 2 ranks:\n{out}")
     with open(plan_path) as f:
         plan = json.load(f)
@@ -1876,6 +2076,23 @@ def open_in_browser(tmp, html, expect_charts, screenshot):
                     url], capture_output=True, timeout=120)
     if not os.path.isfile(screenshot) or os.path.getsize(screenshot) < 10000:
         fail(f"no screenshot at {screenshot}")
+    return dom
+
+
+def chart_svg(dom, chart_id):
+    m = re.search(r'id="' + chart_id + r'"[^>]*>.*?(<svg.*?</svg>)', dom, re.S)
+    if not m:
+        fail(f"no rendered chart #{chart_id}")
+    return m.group(1)
+
+
+def x_ticks(svg):
+    # The x axis's tick labels, in order.
+    m = re.search(r'class="c3-axis c3-axis-x"(.*?)class="c3-axis c3-axis-y"', svg, re.S)
+    if not m:
+        fail("a chart without an x axis")
+    return [re.sub(r"<[^>]+>", "", t) for t in
+            re.findall(r'<g class="tick"[^>]*>.*?<text[^>]*>(.*?)</text>', m.group(1), re.S)]
 
 
 def case_report_html(tmp):
@@ -1897,7 +2114,25 @@ def case_report_html(tmp):
     if "Batch size by goodput" not in text:
         fail("the report lacks the goodput section")
     charts = 5 + (1 if len(goodput.get("curve", [])) > 1 else 0)
-    open_in_browser(tmp, html, charts, os.path.join(shots, "report_plan.png"))
+    dom = open_in_browser(tmp, html, charts, os.path.join(shots, "report_plan.png"))
+    # Issue 36: a headline with the plan and its speed-up; the stage chart ends at the plan's
+    # figure; time per sample, not per step, across batch sizes; the guard's losses against
+    # samples seen with a bounded number of ticks.
+    with open(plan, encoding="utf-8") as f:
+        p = json.load(f)
+    head = re.search(r'<div id="headline">(.*?)</div>', dom, re.S)
+    want = f"Plan: batch {p['config']['batch_size']}"
+    if not head or want not in head.group(1) or "samples/s (" not in head.group(1) or \
+            "Quality " not in head.group(1):
+        fail(f"the headline lacks '{want}', the speed-up or the quality: {head and head.group(1)}")
+    stages = x_ticks(chart_svg(dom, "chart-stages"))
+    if not stages or stages[-1] != "plan" or len(stages) != len(p["stages"]) + 1:
+        fail(f"the stage chart's bars: {stages}")
+    if "µs per sample" not in chart_svg(dom, "chart-breakdown"):
+        fail("the step breakdown is not per sample")
+    loss = chart_svg(dom, "chart-loss")
+    if "training samples seen" not in loss or not 2 <= len(x_ticks(loss)) <= 10:
+        fail(f"the guard's loss chart's x axis: {x_ticks(loss)}")
     # A run's steps.jsonl: breakdown, loss and samples/s over the steps, and (issue 34, defect
     # 9: they were dropped) its evaluations: the test loss beside the training loss, the
     # accuracy in a chart of its own.
@@ -1907,7 +2142,14 @@ def case_report_html(tmp):
     code, out, err = run("report", os.path.join(logdir, "steps.jsonl"), "--html", run_html)
     if code != 0:
         fail(f"report of a run exit {code}\n{err}")
-    open_in_browser(tmp, run_html, 4, os.path.join(shots, "report_run.png"))
+    dom = open_in_browser(tmp, run_html, 4, os.path.join(shots, "report_run.png"))
+    loss = chart_svg(dom, "chart-loss")
+    if "training samples seen" not in loss or not 2 <= len(x_ticks(loss)) <= 10:
+        fail(f"the run's loss chart's x axis: {x_ticks(loss)}")
+    if "steps, " not in re.search(r'<div id="headline">(.*?)</div>', dom, re.S).group(1):
+        fail("the run report has no headline")
+    if "<td>model</td>" not in dom:
+        fail("the run report's Context table is empty")
     data = json.loads(re.search(r'id="report-data">(.*?)</script>', open(run_html).read(),
                                 re.S).group(1))
     got = sorted({(e["metric"], e["step"]) for e in data["evals"]})
@@ -2258,6 +2500,44 @@ def case_issue35_adaptive_batch(tmp):
                        "batch 32 is not among the batches the plan measured (64, 128)")
     bare = plan("bare.json", "unchanged", [])
     expect_usage_error(["train", "--config", bare, "--adaptive-batch"], "no goodput curve")
+
+
+def case_issue35_adaptive_batch_on_two_ranks(tmp):
+    # The same plan on 2 ranks (each a batch of 64, the plan's rule 'unchanged'): every step has
+    # two gradients at the same weights (local and all-reduced), the ranks average their noise
+    # scale before each decision, and so double at the same step; a rank that decided alone
+    # would run a different step and hang or fail the next collective.
+    data = make_idx_dir(tmp, n_train=1024, n_test=128)
+    path = os.path.join(tmp, "grows.json")
+    with open(path, "w") as f:
+        json.dump({"schema_version": 1, "model": "mlp", "data": "idx:" + data,
+                   "config": {"batch_size": 64, "lr": 0.01, "optimizer": "sgd",
+                              "schedule": "constant", "threads": 1},
+                   "effective_batch": {"policy": "unchanged"},
+                   "goodput": {"user_batch": 64, "chosen_batch": 64,
+                               "curve": [{"batch_size": 64, "samples_per_s": 1000.0},
+                                         {"batch_size": 128, "samples_per_s": 10000.0}]}}, f)
+    summary = os.path.join(tmp, "s.json")
+    logdir = os.path.join(tmp, "logs")
+    code, out, err = run("train", "--config", path, "--adaptive-batch", "--ranks", "2",
+                         "--steps", "300", "--no-eval", "--summary-json", summary,
+                         "--logdir", logdir, "-q", timeout=240)
+    if code != 0:
+        fail(f"train --adaptive-batch --ranks 2: exit {code}\n{err}")
+    s = json.load(open(summary))
+    changes = s["adaptive_batch"]["changes"]
+    if s["world_size"] != 2 or len(changes) != 1 or \
+            (changes[0]["from"], changes[0]["to"]) != (64, 128):
+        fail(f"expected one doubling of each rank's 64 to 128: {changes}")
+    step = changes[0]["step"]
+    if s["samples"] != 300 * 64 or s["steps"] != step + (300 - step) // 2:  # each rank's
+        fail(f"the run's length in samples: {s['samples']} in {s['steps']} steps, change at {step}")
+    for rank in (0, 1):
+        with open(os.path.join(logdir, f"rank{rank}", "steps.jsonl")) as f:
+            lines = [json.loads(l) for l in f]
+        events = [l for l in lines if l.get("type") == "batch_change"]
+        if [(e["step"], e["batch_size"]) for e in events] != [(step, 128)]:
+            fail(f"rank {rank}'s batch changes {events}, rank 0's summary: step {step}")
 
 
 def main():

@@ -17,6 +17,7 @@ namespace {
 
 std::string value_text(const std::string& name, double v) {
   if (name == "peak_memory_bytes") return format_bytes(static_cast<int64_t>(v));
+  if (name == "diverged") return v > 0 ? "yes" : "no";
   return format_fixed(v, name == "final_loss" ? 4 : 2);
 }
 
@@ -61,6 +62,7 @@ int run_compare(const std::vector<std::string>& args) {
     j["b"] = b_path;
     j["regression"] = c.has_regression();
     j["notes"] = c.notes;
+    j["quality_judged"] = c.quality_judged;
     j["metrics"] = nlohmann::json::array();
     for (const MetricComparison& m : c.metrics)
       j["metrics"].push_back({{"name", m.name},
@@ -82,7 +84,8 @@ int run_compare(const std::vector<std::string>& args) {
                 << padded(value_text(m.name, m.b), 14) << padded(change, 10)
                 << to_string(m.verdict) << "\n    " << m.basis << "\n";
     }
-    std::cout << (c.has_regression() ? "  REGRESSION\n" : "  no regression\n");
+    std::cout << "  quality judged: " << c.quality_judged << "\n"
+              << (c.has_regression() ? "  REGRESSION\n" : "  no regression\n");
   }
   return static_cast<int>(c.has_regression() ? ExitCode::kFailure : ExitCode::kOk);
 }

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // saturate monitor: an nvidia-smi-like live view of the GPUs (NVML) and the CPU, for a job
 // running elsewhere. One line per device per sample, or one JSON object per sample.
+#include <unistd.h>
+
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -10,11 +13,15 @@
 
 #include "command.h"
 #include "saturate/core/error.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/telemetry/device_sampler.h"
+#include "saturate/telemetry/proc_stats.h"
 
 namespace saturate::cli {
 namespace {
+
+using detail::concat;
 
 std::string value_or_dash(double v, int digits, const std::string& unit) {
   return v < 0 ? std::string("-") : format_fixed(v, digits) + unit;
@@ -36,12 +43,49 @@ nlohmann::json to_json(const DeviceSample& s) {
   return j;
 }
 
+std::string right(const std::string& text, size_t width) {
+  return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+// The process --pid names: its CPU (percent of one core) and resident memory between samples.
+struct Watched {
+  int64_t pid = 0;
+  uint64_t ticks = 0;
+  double t_s = 0;
+  std::optional<PidStat> read(double t_s, double& cpu_pct) {
+    std::optional<PidStat> now = read_pid_stat(pid);
+    cpu_pct = -1;
+    if (now && t_s > this->t_s)
+      cpu_pct = 100.0 * static_cast<double>(now->cpu_ticks - std::min(ticks, now->cpu_ticks)) /
+                static_cast<double>(sysconf(_SC_CLK_TCK)) / (t_s - this->t_s);
+    if (now) ticks = now->cpu_ticks;
+    this->t_s = t_s;
+    return now;
+  }
+};
+
+// What is watched and what a sample holds, on stderr; the column header on stdout.
+void print_header(const DeviceSampler& sampler, const SamplerOptions& o, const Watched* w,
+                  const std::string& comm, size_t cores) {
+  std::cerr << "saturate monitor: the whole machine (" << count_of(static_cast<int64_t>(cores), "core")
+            << ")" << (w ? concat(" and process ", w->pid, " (", comm, ")") : std::string())
+            << ", a sample every " << format_fixed(o.interval_ms, 0) << " ms; GPUs: "
+            << sampler.gpu_status()
+            << ". With NVIDIA GPUs (NVML) each sample adds a line per GPU: utilisation %, "
+               "memory used / total, temperature °C, power W, SM clock MHz and throttle "
+               "reasons.\n";
+  std::cout << right("time s", 8) << right("cpu all", 9);
+  for (size_t c = 0; c < cores; ++c) std::cout << right("core " + std::to_string(c), 8);
+  if (w) std::cout << right("pid " + std::to_string(w->pid) + " cpu", 16) << right("rss", 11);
+  std::cout << "\n";
+}
+
 }  // namespace
 
 int run_monitor(const std::vector<std::string>& args) {
   SamplerOptions options;
   options.interval_ms = 1000;
-  int64_t count = 0;
+  int64_t count = 0, pid = 0;
   bool as_json = false;
   CLI::App app{"Watch GPU (through NVML) and CPU utilisation, memory, power and clocks.",
                "saturate monitor"};
@@ -49,12 +93,23 @@ int run_monitor(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_option("--count", count, "samples to print; 0 = until Ctrl-C")->capture_default_str();
   app.add_option("--nvml", options.nvml_library, "path of libnvidia-ml.so.1 (default: the system's)");
+  app.add_option("--pid", pid, "also watch this process: its CPU (% of one core) and memory");
   app.add_flag("--json", as_json, "one JSON object per sample");
   if (!parse_args(app, args)) return 0;
   SATURATE_CHECK(count >= 0, "monitor: --count must not be negative, got ", count);
+  std::optional<Watched> watched;
+  if (app.count("--pid") > 0) {
+    const std::optional<PidStat> p = read_pid_stat(pid);
+    SATURATE_CHECK(p.has_value(), "monitor: --pid ", pid, ": no such process");
+    watched = Watched{pid, p->cpu_ticks, 0};
+  }
   DeviceSampler sampler(options);  // validates the interval
-  if (!as_json) std::cerr << "saturate monitor: " << sampler.gpu_status() << "\n";
-  sampler.sample_now();  // CPU utilisation is measured between two readings
+  const DeviceSample first = sampler.sample_now();  // CPU utilisation is between two readings
+  if (watched) watched->t_s = first.t_s;
+  if (!as_json)
+    print_header(sampler, options, watched ? &*watched : nullptr,
+                 watched ? read_pid_stat(pid).value_or(PidStat{}).comm : "",
+                 read_proc_stat().cores.size());
   const auto interval = std::chrono::duration<double, std::milli>(options.interval_ms);
   for (int64_t i = 0; count == 0 || i < count; ++i) {
     const auto wake = std::chrono::steady_clock::now() + interval;
@@ -63,12 +118,21 @@ int run_monitor(const std::vector<std::string>& args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const DeviceSample s = sampler.sample_now();
+    double cpu_pct = -1;
+    const std::optional<PidStat> p = watched ? watched->read(s.t_s, cpu_pct) : std::nullopt;
+    SATURATE_CHECK_RUN(!watched || p.has_value(), "monitor: process ", pid, " has ended");
     if (as_json) {
-      std::cout << to_json(s).dump() << std::endl;
+      nlohmann::json j = to_json(s);
+      if (p) j["process"] = {{"pid", pid}, {"cpu_pct", cpu_pct},
+                             {"rss_bytes", p->rss_pages * sysconf(_SC_PAGESIZE)}};
+      std::cout << j.dump() << std::endl;
       continue;
     }
-    std::cout << format_fixed(s.t_s, 1) << " s  cpu " << format_fixed(s.cpu.util_pct, 0) << "%";
-    for (double core : s.cpu.per_core_util_pct) std::cout << " " << format_fixed(core, 0);
+    std::cout << right(format_fixed(s.t_s, 1), 8) << right(format_fixed(s.cpu.util_pct, 0) + "%", 9);
+    for (double core : s.cpu.per_core_util_pct) std::cout << right(format_fixed(core, 0) + "%", 8);
+    if (p)
+      std::cout << right(value_or_dash(cpu_pct, 0, "%"), 16)
+                << right(format_bytes(p->rss_pages * sysconf(_SC_PAGESIZE)), 11);
     std::cout << "\n";
     for (const auto& g : s.gpus) {
       std::cout << "  gpu " << g.index << " " << g.name << "  util "

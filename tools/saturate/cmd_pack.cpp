@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "command.h"
+#include "saturate/core/temp_folder.h"
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
 #include "saturate/data/dataset.h"
@@ -27,17 +28,8 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// OUT, created when missing (its parent must exist).
-void make_out_folder(const std::string& out) {
-  if (::mkdir(out.c_str(), 0755) != 0) {
-    const int err = errno;
-    struct stat info {};
-    SATURATE_CHECK(err == EEXIST, "pack: cannot create OUT folder '", out,
-                   "': ", std::strerror(err));
-    SATURATE_CHECK(::stat(out.c_str(), &info) == 0 && S_ISDIR(info.st_mode), "pack: OUT '", out,
-                   "' exists and is not a folder");
-  }
-}
+// OUT, created with any missing folders above it.
+void make_out_folder(const std::string& out) { make_folders(out, "pack: OUT folder"); }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text;

@@ -9,16 +9,17 @@
 #include "command.h"
 #include "exec_commands.h"
 #include "recipe.h"
+#include "run_sinks.h"
 #include "train_checkpoints.h"
 #include "train_target.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
+#include "saturate/core/strings.h"
 #include "saturate/data/loader.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/models/model.h"
+#include "saturate/report/context.h"
 #include "saturate/report/train_report.h"
-#include "saturate/telemetry/console_progress.h"
-#include "saturate/telemetry/device_sampler.h"
 #include "saturate/train/trainer.h"
 #include "saturate/tune/plan.h"
 
@@ -62,7 +63,7 @@ void apply_train_plan(const Plan& plan, const CLI::App& app, RecipeFlags& rf) {
 
 void log_start(Model& model, const Recipe& recipe, const DatasetSplits& splits) {
   SATURATE_LOG_INFO("train: ", model.name(), " (", count_parameters(model), " parameters) on ",
-                    recipe.device_reason, ", ", recipe.threads, " threads, BLAS ",
+                    recipe.device_reason, ", ", count_of(recipe.threads, "thread"), ", BLAS ",
                     recipe.probe.blas.name,
                     recipe.denormals_flushed ? ", denormals flushed" : ", denormals kept");
   SATURATE_LOG_INFO("train: data ", splits.description,
@@ -70,33 +71,6 @@ void log_start(Model& model, const Recipe& recipe, const DatasetSplits& splits) 
                         ? "; " + std::to_string(splits.validation.size()) + " held out for validation"
                         : std::string());
 }
-
-// Where the steps go: the progress bar, --logdir and --trace files, and with --logdir device
-// readings (CPU, RSS, GPUs through NVML) beside the steps. Opened once the run is known to go
-// ahead; a resumed run appends to the logs of its earlier part.
-struct RunSinks {
-  RunSinks(const TrainFlags& f, const DistEnv& dist, int64_t resume_step)
-      : progress(std::cerr, stderr_is_tty()) {
-    if (!f.quiet) all.add(&progress);
-    files.emplace(f.logdir, f.trace, all, dist, resume_step);
-    if (f.logdir.empty()) return;
-    SamplerOptions options;
-    options.interval_ms = f.sample_interval_ms;
-    sampler.emplace(options);
-    sampler->start();
-    sampled.emplace(*sampler, all);
-  }
-  TelemetrySink* sink() { return sampled ? static_cast<TelemetrySink*>(&*sampled) : &all; }
-  void finish(DistGroup* group) {
-    if (sampler) sampler->stop();
-    files->finish(group);
-  }
-  ConsoleProgress progress;
-  MultiSink all;
-  std::optional<FileSinks> files;
-  std::optional<DeviceSampler> sampler;
-  std::optional<SampledSink> sampled;
-};
 
 TrainSummary fit(Trainer& trainer, Loader& loader, const DatasetSplits& splits, RunSinks& sinks,
                  const DataParallelRun& dp) {
@@ -177,7 +151,9 @@ int run_train(const std::vector<std::string>& args) {
     hook.emplace(checkpoints, recipe_info, /*is_writer=*/dp.env.rank == 0);
     trainer.set_checkpoint_hook(&*hook);
   }
-  RunSinks sinks(f, dp.env, resume ? resume->state.step : -1);
+  RunSinks sinks(f.quiet, f.logdir, f.trace, f.sample_interval_ms, dp.env,
+                 resume ? resume->state.step : -1);
+  sinks.describe_run(run_context(recipe.probe, dp.device.str()), rf.model, rf.data, opts);
   TrainReport r;
   r.summary = fit(trainer, loader, input.splits, sinks, dp);
   sinks.finish(dp.group.get());

@@ -14,12 +14,14 @@
 #include "recipe.h"
 #include "tune_ranks.h"
 #include "saturate/core/json.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/device/device_memory.h"
 #include "saturate/diagnose/plan_facts.h"
 #include "saturate/distributed/agreed_clock.h"
 #include "saturate/report/context.h"
 #include "saturate/report/plan_report.h"
+#include "saturate/telemetry/console_progress.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/torch_trial_runner.h"
 #include "saturate/tune/tune_candidates.h"
@@ -34,6 +36,7 @@ struct TuneFlags {
   std::string out_path = "plan.json", prefer = "faster", effective = "auto";
   int64_t quality_samples = -1;
   int max_ranks = 0;
+  bool quiet = false;
 };
 
 void add_tune_flags(CLI::App& app, TuneFlags& f) {
@@ -68,6 +71,7 @@ void add_tune_flags(CLI::App& app, TuneFlags& f) {
                  "on CPU, the most data-parallel processes the ranks stage tries against one "
                  "(1 skips it; default: the usable cores)");
   app.add_option("--out", f.out_path, "where to write the plan")->capture_default_str();
+  app.add_flag("-q,--quiet", f.quiet, "no live progress line (a terminal's stderr only)");
 }
 
 void check_tune_flags(TuneFlags& f) {
@@ -89,26 +93,21 @@ void print_header(const TuneFlags& f, const Recipe& recipe, const DataParallelRu
                   const TrialRunner& runner, int64_t val_samples) {
   std::cout << "saturate tune: " << f.rf.model << " on " << f.rf.data << ", " << dp.device.str()
             << ", " << (dp.group ? std::to_string(dp.env.world_size) + " ranks × " : std::string())
-            << recipe.threads << " threads, memory " << format_bytes(runner.memory_limit_bytes())
+            << count_of(recipe.threads, "thread") << ", memory " << format_bytes(runner.memory_limit_bytes())
             << " less " << format_fixed(100 * f.o.search.reserve, 0) << "% reserve, "
             << val_samples << " samples held out for validation";
   if (f.o.budget_s > 0) std::cout << ", budget " << format_duration_s(f.o.budget_s);
   std::cout << "\n";
 }
 
-// The recipe's pipeline flags, so `train --config` builds the pipeline the trials measured.
-void describe_recipe(Plan& plan, const RecipeFlags& rf, const Recipe& recipe, int64_t val_samples) {
-  plan.model = rf.model;
-  plan.data = rf.data;
-  plan.device = recipe.device.str();
-  plan.memory_limit_bytes = recipe.memory_limit_bytes;
-  plan.crop = rf.crop;
-  plan.pad = rf.pad;
-  plan.flip = rf.flip;
-  plan.cache = rf.cache;
-  plan.denormals = rf.denormals;
-  plan.quality.val_fraction = rf.val_fraction;
-  plan.quality.val_samples = val_samples;
+// The user's configuration, as the recipe's flags give it.
+RunConfig user_config(const Recipe& recipe, const RecipeFlags& rf) {
+  RunConfig base;
+  base.train = recipe.train;
+  base.threads = recipe.threads;
+  base.workers = rf.workers;
+  base.prefetch = rf.prefetch;
+  return base;
 }
 
 }  // namespace
@@ -132,11 +131,7 @@ int run_tune(const std::vector<std::string>& args) {
   f.rf.train.evaluate = false;
   const Recipe recipe = resolve_recipe(f.rf, "tune");
   DataParallelRun dp = join_data_parallel(f.rf, recipe, "tune");
-  RunConfig base;
-  base.train = recipe.train;
-  base.threads = recipe.threads;
-  base.workers = f.rf.workers;
-  base.prefetch = f.rf.prefetch;
+  RunConfig base = user_config(recipe, f.rf);
   add_device_candidates(o, base, recipe.device, recipe.probe);
   o.stop = &g_interrupted;
   // The pipeline `train` builds for these flags: streamed folders, crops, cache, validation.
@@ -154,6 +149,8 @@ int run_tune(const std::vector<std::string>& args) {
     memory_limit = host_memory_share(dp.env.local_world_size);
   auto memory = make_device_memory(dp.device, memory_limit);
   TorchTrialRunner runner(f.rf.model, input, dp.device, *memory, o.search.max_batch);
+  ConsoleProgress progress(std::cerr, /*is_tty=*/true, "tune", 200.0, /*transient=*/true);
+  if (reports && !f.quiet && stderr_is_tty()) runner.set_progress(&progress);
   // Data parallel: trials are the job's (every rank its shard, gradients averaged), outcomes
   // agreed, and budget and Ctrl-C decided on rank 0's clock, so the ranks never part ways.
   std::atomic<bool> agreed_stop{false};

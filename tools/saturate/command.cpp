@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "command.h"
 
+#include "saturate/core/temp_folder.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +57,7 @@ const std::vector<Command>& commands() {
 }
 
 void check_writable(const std::string& path, const std::string& flag) {
+  make_parent_folders(path, flag);
   const bool existed = access(path.c_str(), F_OK) == 0;
   std::FILE* f = std::fopen(path.c_str(), "a");
   SATURATE_CHECK(f != nullptr, flag, ": cannot write '", path, "': ", std::strerror(errno));
@@ -64,8 +67,7 @@ void check_writable(const std::string& path, const std::string& flag) {
 
 void check_sink_paths(const std::string& logdir, const std::string& trace_path) {
   if (!logdir.empty()) {
-    SATURATE_CHECK(mkdir(logdir.c_str(), 0755) == 0 || errno == EEXIST,
-                   "telemetry: cannot create --logdir '", logdir, "': ", std::strerror(errno));
+    make_folders(logdir, "telemetry: --logdir");
     SATURATE_CHECK(access(logdir.c_str(), W_OK) == 0, "telemetry: cannot write --logdir '", logdir,
                    "': ", std::strerror(errno));
   }
@@ -79,8 +81,7 @@ FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, M
     // Data parallel: one stream per rank, DIR/rankN (TensorBoard shows each as a run).
     std::string dir = logdir;
     if (world_ > 1) {
-      SATURATE_CHECK(mkdir(logdir.c_str(), 0755) == 0 || errno == EEXIST,
-                     "telemetry: cannot create --logdir '", logdir, "': ", std::strerror(errno));
+      make_folders(logdir, "telemetry: --logdir");
       dir = logdir + "/rank" + std::to_string(rank_);
     }
     tensorboard = std::make_unique<TensorBoardSink>(dir, resume_step);

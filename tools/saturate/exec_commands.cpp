@@ -144,8 +144,7 @@ RunsFolder runs_folder(const std::string& given) {
     r.temp = std::make_unique<TempFolder>("saturate-exec", "exec");
     r.path = r.temp->path();
   } else {
-    SATURATE_CHECK(::mkdir(given.c_str(), 0755) == 0 || errno == EEXIST, "exec: --runs-dir: "
-                   "cannot make ", given, ": ", std::strerror(errno));
+    make_folders(given, "exec: --runs-dir");
     r.path = given;
   }
   return r;

@@ -175,6 +175,21 @@ void adaptive_batch_from_plan(const Plan& plan, RecipeFlags& f) {
 
 }  // namespace
 
+// The recipe's pipeline flags, so `train --config` builds the pipeline the trials measured.
+void describe_recipe(Plan& plan, const RecipeFlags& rf, const Recipe& recipe, int64_t val_samples) {
+  plan.model = rf.model;
+  plan.data = rf.data;
+  plan.device = recipe.device.str();
+  plan.memory_limit_bytes = recipe.memory_limit_bytes;
+  plan.crop = rf.crop;
+  plan.pad = rf.pad;
+  plan.flip = rf.flip;
+  plan.cache = rf.cache;
+  plan.denormals = rf.denormals;
+  plan.quality.val_fraction = rf.val_fraction;
+  plan.quality.val_samples = val_samples;
+}
+
 void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   const TrainOptions& p = plan.config.train;
@@ -261,7 +276,7 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
     if (env.local_world_size > 1) {
       threads = std::max(1, usable_cores() / env.local_world_size);
       SATURATE_LOG_DEBUG(command, ": ", usable_cores(), " usable cores shared by ",
-                         env.local_world_size, " ranks on this node: ", threads, " threads each");
+                         env.local_world_size, " ranks on this node: ", count_of(threads, "thread"), " each");
     }
   }
   r.threads = configure_threads(threads);

@@ -59,6 +59,13 @@ enum class RecipeUse { kTrain, kProfile, kTune };
 /// Declares the recipe's flags on `app`, bound to `flags` (whose values are the defaults).
 void add_recipe_flags(CLI::App& app, RecipeFlags& flags, RecipeUse use);
 
+struct Recipe;
+
+/// The recipe's pipeline flags in the plan, so `train --config` builds the pipeline the
+/// trials measured.
+void describe_recipe(Plan& plan, const RecipeFlags& rf, const Recipe& recipe,
+                     int64_t val_samples);
+
 /// Takes what `plan` decided for every recipe setting the command line did not give (flags
 /// given explicitly override the plan, the plan overrides the defaults). A --batch-size that
 /// differs from the plan's re-applies the plan's effective-batch rule (LR rescaled, or the

@@ -5,6 +5,7 @@
 //   auto hint = saturate::did_you_mean("fmnist-cn", {"mlp", "fmnist-cnn"});  // "; did you mean 'fmnist-cnn'?"
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ std::optional<std::string> closest_match(const std::string& word,
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 /// Joins with `sep`.
 std::string join(const std::vector<std::string>& parts, const std::string& sep);
+/// "1 thread", "2 threads": `n` and the noun, with an s unless n is 1.
+std::string count_of(int64_t n, const std::string& noun);
 /// `text` up to its first newline (error messages carry tracebacks after it).
 std::string first_line(const std::string& text);
 

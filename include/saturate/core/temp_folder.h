@@ -10,6 +10,14 @@
 
 namespace saturate {
 
+/// Makes folder `dir` and any missing folders above it (mkdir -p); an existing folder is fine.
+/// Throws saturate::Error "WHAT: cannot create 'DIR': 'FOLDER': reason" naming the folder above
+/// it that failed (just 'DIR' when DIR itself failed).
+void make_folders(const std::string& dir, const std::string& what);
+
+/// make_folders() for the folder a file `path` goes into (nothing for a bare file name).
+void make_parent_folders(const std::string& path, const std::string& what);
+
 /// Removes `path` and everything in it, subfolders included, without following links (best
 /// effort; at most 16 levels deep).
 void remove_tree(const std::string& path);

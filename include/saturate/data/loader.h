@@ -11,6 +11,7 @@
 //   Loader loader(*source, o);
 //   trainer.fit(loader, splits);     // its wait in next() is the step's data-wait phase
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -48,6 +49,8 @@ struct LoaderOptions {
   int world = 1;  ///< …of this many; each gets ceil(size / world) samples (the order wraps)
   int workers = 0;   ///< threads making batches; 0 makes them on the caller's thread
   int prefetch = 2;  ///< batches made ahead of the consumer (at least 1)
+  /// What the Loader makes ahead: prefetch, but at least one batch per worker.
+  int batches_ahead() const { return std::max({1, prefetch, workers}); }
   bool pin_memory = false;  ///< page-locked batch buffers (for asynchronous copies to a GPU)
   /// >= 0: next() returns batches already on this GPU, copied on a side stream that the
   /// device's current stream waits on (implies pin_memory); -1 keeps them on the host.

@@ -33,7 +33,10 @@ struct RunMetrics {
   double step_ms = -1;
   int64_t peak_memory_bytes = -1;
   double final_loss = -1;
-  double test_accuracy = -1;
+  double test_accuracy = -1;  ///< percent
+  double val_accuracy = -1;   ///< percent: a train run's validation split, a plan's guard run
+  /// A train run that diverged: why (empty: it did not).
+  std::string diverged;
   /// A train run with --target: "val_accuracy=0.89", and its summed step time to reach it
   /// (-1: not reached or no target).
   std::string target;
@@ -73,6 +76,8 @@ struct CompareOptions {
 struct Comparison {
   std::vector<MetricComparison> metrics;
   std::vector<std::string> notes;  ///< e.g. the two files measured different workloads
+  /// The quality the verdict took in (val/test accuracy, final loss, divergence), or why none.
+  std::string quality_judged;
   bool has_regression() const;
 };
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <iosfwd>
 #include <string>
+#include <utility>
 
 #include "saturate/telemetry/telemetry_sink.h"
 
@@ -17,8 +18,12 @@ namespace saturate {
 class ConsoleProgress : public TelemetrySink {
  public:
   /// `out` must outlive the sink. Redraws at most every `min_interval_ms` on a terminal.
+  /// `transient`: for progress between other output (tune's runs): on a terminal the line is
+  /// erased when a run ends; off a terminal nothing is printed.
   ConsoleProgress(std::ostream& out, bool is_tty, std::string label = "train",
-                  double min_interval_ms = 100.0);
+                  double min_interval_ms = 100.0, bool transient = false);
+  /// What the next run's line starts with.
+  void set_label(std::string label) { label_ = std::move(label); }
   void on_begin(int64_t total_steps) override;
   void on_step(const StepRecord& record) override;
   void on_end() override;
@@ -34,6 +39,7 @@ class ConsoleProgress : public TelemetrySink {
   bool is_tty_;
   std::string label_;
   double min_interval_ms_;
+  bool transient_;
   int64_t total_ = 0;
   int64_t steps_ = 0;
   int64_t last_printed_decile_ = -1;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "saturate/telemetry/telemetry_sink.h"
 
 namespace saturate {
@@ -35,6 +37,8 @@ class JsonlSink : public TelemetrySink {
                        const std::string& why) override;
   void on_end() override;
 
+  /// One line of `record` (an object with a "type"), flushed: e.g. the run's context.
+  void write_record(const nlohmann::json& record);
   /// The line written for a record (no newline).
   static std::string step_line(const StepRecord& r);
   /// {"type":"device_sample","step":..,"t_s":..,"cpu":{..},"gpus":[..]}; GPU fields the driver

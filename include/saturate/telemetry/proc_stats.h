@@ -60,6 +60,9 @@ std::optional<PidStat> parse_pid_stat(const std::string& text);
 /// when there is none or no /proc.
 std::vector<PidStat> read_process_group(int64_t pgrp);
 
+/// /proc/<pid>/stat of one process; nullopt when there is no such process (or no /proc).
+std::optional<PidStat> read_pid_stat(int64_t pid);
+
 /// Reads /proc/stat; an empty ProcStat when it cannot be read (not Linux, no /proc).
 ProcStat read_proc_stat();
 

@@ -59,7 +59,8 @@ struct TrainSummary {
   double epochs = 0.0;          ///< samples / train size
   double samples_per_s = 0.0;   ///< steady state: warm-up steps excluded, evaluation excluded
   double train_wall_s = 0.0;    ///< wall time of the training loop (all steps)
-  double final_loss = 0.0;      ///< mean training loss over the last min(50, steps) steps
+  double final_loss = 0.0;      ///< mean training loss over the last final_loss_steps steps
+  int64_t final_loss_steps = 0;  ///< min(50, the steps this process ran)
   double test_accuracy = std::numeric_limits<double>::quiet_NaN();  ///< NaN when not evaluated
   double test_loss = std::numeric_limits<double>::quiet_NaN();
   double val_accuracy = std::numeric_limits<double>::quiet_NaN();  ///< NaN without a validation split

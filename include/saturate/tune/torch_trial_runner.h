@@ -22,6 +22,7 @@
 
 namespace saturate {
 
+class ConsoleProgress;
 class DeviceMemory;
 class DistGroup;
 class MemorySink;
@@ -57,6 +58,9 @@ class TorchTrialRunner : public TrialRunner {
   /// Every run's step records and evaluations also go to `sink` (null: none); it must outlive
   /// the runner's runs. For logs and tests.
   void set_observer(TelemetrySink* sink) { observer_ = sink; }
+  /// A live line for each run (what it measures, how far, ETA), labelled by the runner; null:
+  /// none. It must outlive the runner's runs.
+  void set_progress(ConsoleProgress* progress) { progress_ = progress; }
 
  private:
   // Trains a fresh model of `c` with options `o` through the input's Loader, then (the Loader
@@ -75,6 +79,8 @@ class TorchTrialRunner : public TrialRunner {
   int64_t max_batch_ = 0;
   DistGroup* group_ = nullptr;
   TelemetrySink* observer_ = nullptr;
+  ConsoleProgress* progress_ = nullptr;
+  std::string progress_label_;  ///< the current run's, set before fit_fresh
 };
 
 }  // namespace saturate

@@ -3,6 +3,8 @@
 // noise is kept.
 #include "tune_state.h"
 
+#include "saturate/core/strings.h"
+
 namespace saturate::tune_detail {
 
 void threads(TuneState& s) {
@@ -12,12 +14,12 @@ void threads(TuneState& s) {
     if (n == s.current.threads) continue;
     RunConfig c = s.current;
     c.threads = n;
-    candidates.push_back({c, std::to_string(n) + " threads"});
+    candidates.push_back({c, count_of(n, "thread")});
   }
   const Pick best = s.pick_fastest("threads", candidates, OnTrialError::kRethrow);
   const bool changed = best.config.threads != s.current.threads;
   s.finish_stage("threads", before, TuneState::sps(best.outcome), changed,
-                 best.tried + (changed ? ": " + std::to_string(best.config.threads) + " threads"
+                 best.tried + (changed ? ": " + count_of(best.config.threads, "thread")
                                        : ": kept the current threads"));
   s.adopt(best.config, best.outcome);
 }

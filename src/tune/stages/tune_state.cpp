@@ -99,6 +99,14 @@ double TuneState::known_sps(const RunConfig& c) const {
   return it == cache_.end() ? 0.0 : sps(it->second);
 }
 
+TrialOutcome TuneState::cached(const RunConfig& c) const {
+  auto it = cache_.find(c.describe());
+  if (it != cache_.end()) return it->second;
+  TrialOutcome unmeasured;
+  unmeasured.fits = true;
+  return unmeasured;
+}
+
 const TrialOutcome& TuneState::remember(const RunConfig& c, const TrialOutcome& t) {
   return cache_.emplace(c.describe(), t).first->second;  // an earlier measurement stands
 }

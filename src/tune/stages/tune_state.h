@@ -81,6 +81,8 @@ class TuneState {
   TrialOutcome fresh(const RunConfig& c, const std::string& stage);
   /// Samples/s of `c` as measured so far (0 when it has not been).
   double known_sps(const RunConfig& c) const;
+  /// The measurement taken of `c` if any; else an unmeasured outcome (fits, 0 samples/s).
+  TrialOutcome cached(const RunConfig& c) const;
   /// Stores `t` as the measurement of `c` (what the batch search measured for it).
   const TrialOutcome& remember(const RunConfig& c, const TrialOutcome& t);
   /// `a` beats `b` by the noise rule and is safe.

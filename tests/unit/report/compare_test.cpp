@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -114,6 +115,41 @@ TEST(Compare, MemoryAccuracyAndLoss) {
   EXPECT_FALSE(c.has_regression());
 }
 
+TEST(Compare, Issue36_ATrainRunThatDivergedOrLostValidationAccuracyFailsTheGate) {
+  // Train summaries with phases (train has them too, so it is not read as a profile).
+  nlohmann::json a = {{"samples_per_s", 1000.0}, {"final_loss", 0.40}, {"test_accuracy", 0.84},
+                      {"val_accuracy", 0.85},    {"phases_ms", {{"forward", 1.0}}},
+                      {"divergence", nullptr}};
+  nlohmann::json b = a;
+  b["samples_per_s"] = 1500.0;  // faster...
+  b["final_loss"] = nullptr;    // ...and wrecked: no finite loss, no evaluation
+  b["test_accuracy"] = nullptr;
+  b["val_accuracy"] = nullptr;
+  b["divergence"] = {{"step", 12}, {"reason", "non-finite loss"}};
+  const RunMetrics ma = run_metrics_from_json(a, "a"), mb = run_metrics_from_json(b, "b");
+  EXPECT_EQ(mb.kind, "train");
+  Comparison c = compare_runs(ma, mb);
+  EXPECT_TRUE(c.has_regression());
+  ASSERT_TRUE(std::any_of(c.metrics.begin(), c.metrics.end(), [](const MetricComparison& m) {
+    return m.name == "diverged" && m.verdict == Verdict::kRegression &&
+           m.basis.find("at step 12: non-finite loss") != std::string::npos;
+  }));
+  EXPECT_NE(c.quality_judged.find("divergence"), std::string::npos) << c.quality_judged;
+  EXPECT_NE(c.quality_judged.find("not judged: val_accuracy_pct (only A has it)"),
+            std::string::npos)
+      << c.quality_judged;
+  // Validation accuracy 3 points down at the same test accuracy: a regression of its own.
+  b = a;
+  b["val_accuracy"] = 0.82;
+  c = compare_runs(ma, run_metrics_from_json(b, "b"));
+  EXPECT_TRUE(c.has_regression());
+  EXPECT_EQ(c.quality_judged, "val_accuracy_pct, test_accuracy_pct, final_loss");
+  // Two profiles: speed only, and the line says so.
+  c = compare_runs(run_metrics_from_json(profile(windows(1000, 3)), "p"),
+                   run_metrics_from_json(profile(windows(1000, 3)), "q"));
+  EXPECT_EQ(c.quality_judged, "none: a profile measures speed only");
+}
+
 TEST(Compare, ReadsPlansAndNotesDifferentWorkloads) {
   nlohmann::json plan = {{"model", "fmnist-cnn"}, {"data", "fashion-mnist"}, {"device", "cpu"},
                          {"config", {{"batch_size", 209}, {"precision", "bf16"}}},
@@ -123,7 +159,8 @@ TEST(Compare, ReadsPlansAndNotesDifferentWorkloads) {
   const RunMetrics m = run_metrics_from_json(plan, "plan.json");
   EXPECT_EQ(m.kind, "plan");
   EXPECT_DOUBLE_EQ(m.spread_pct, 2.0);
-  EXPECT_DOUBLE_EQ(m.test_accuracy, 89.0);
+  EXPECT_DOUBLE_EQ(m.val_accuracy, 89.0);  // the guard's held-out split
+  EXPECT_LT(m.test_accuracy, 0);
   const RunMetrics p = run_metrics_from_json(profile(windows(1000, 3)), "p.json");
   const Comparison c = compare_runs(p, m);
   ASSERT_EQ(c.notes.size(), 1u);

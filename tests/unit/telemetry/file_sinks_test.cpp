@@ -188,7 +188,7 @@ TEST(JsonlSink, WritesOneParsableObjectPerStepAndEval) {
   EXPECT_EQ(ja["forward_ms"], 2.5);
   EXPECT_EQ(jb["type"], "eval");
   EXPECT_EQ(jb["metric"], "test_loss");
-  EXPECT_THROW(JsonlSink("/nonexistent-dir/x.jsonl"), Error);
+  EXPECT_THROW(JsonlSink("/proc/no-such-dir/x.jsonl"), Error);
 }
 
 TEST(TraceSink, WritesWellFormedCompleteEventsOnePerPhasePerStep) {
@@ -218,7 +218,7 @@ TEST(TraceSink, WritesWellFormedCompleteEventsOnePerPhasePerStep) {
   }
   EXPECT_EQ(steps, 3);
   EXPECT_EQ(phases, 3 * 4);
-  EXPECT_THROW(TraceSink("/nonexistent-dir/t.json"), Error);
+  EXPECT_THROW(TraceSink("/proc/no-such-dir/t.json"), Error);
 }
 
 TEST(TraceSink, Issue15_RanksTracksMergeIntoOneTraceWithAProcessPerRank) {

@@ -307,8 +307,8 @@ TEST(Plan, UnreadableFileIsAnErrorNamingIt) {
 }
 
 TEST(Plan, UnwritablePathIsAnErrorNamingIt) {
-  EXPECT_CONTAINS(error_of([&] { write_plan(full_plan(), "/nonexistent-dir/plan.json"); }),
-                  "/nonexistent-dir/plan.json");
+  EXPECT_CONTAINS(error_of([&] { write_plan(full_plan(), "/proc/no-such-dir/plan.json"); }),
+                  "/proc/no-such-dir/plan.json");
 }
 
 }  // namespace

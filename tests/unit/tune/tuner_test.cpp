@@ -218,6 +218,7 @@ class Wrapped : public TrialRunner {
   }
   QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
     ++quality_runs;
+    if (stop_at_quality) stop = true;  // Ctrl-C while the guard's first run trains
     max_quality_samples = std::max(max_quality_samples, samples);
     if (oom_quality_batch > 0 && c.train.batch_size == oom_quality_batch) {
       QualityRun q;
@@ -231,6 +232,7 @@ class Wrapped : public TrialRunner {
 
   std::atomic<bool> stop{false};
   int stop_after = 0;
+  bool stop_at_quality = false;
   int64_t recompute_peak_memory_bytes = 0;
   int64_t oom_quality_batch = 0;
   int quality_runs = 0;
@@ -302,6 +304,35 @@ TEST(Tuner, Issue13_CtrlCStopsAtATrialBoundaryWithAPartialPlan) {
   EXPECT_EQ(plan.quality.status, QualityStatus::kNotRun);
   EXPECT_EQ(runner.quality_runs, 0);
   EXPECT_GT(plan.config.train.batch_size, 0);
+}
+
+TEST(Tuner, Issue36_AnInterruptedTuneKeepsNoBatchOrLrTheGuardDidNotSee) {
+  // Without the interrupt the batch stage takes a larger batch with a rescaled LR; stopped
+  // while the guard's first run trains, the plan must not recommend it unchecked, yet keeps
+  // the precision the stages measured (it leaves the optimisation as it was).
+  SimulatedDevice full_dev(gpu_like(), 36);
+  const Plan full = tune(full_dev, user(64), options());
+  ASSERT_GT(stage(full, "batch_size").after_samples_per_s, 0);
+  SimulatedDevice dev(gpu_like(), 36);
+  Wrapped runner(dev);
+  runner.stop_at_quality = true;
+  TuneOptions o = options();
+  o.stop = &runner.stop;
+  const Plan plan = tune(runner, user(64), o);
+  ASSERT_TRUE(plan.interrupted);
+  ASSERT_TRUE(stage(plan, "batch_size").changed) << stage(plan, "batch_size").why;
+  EXPECT_EQ(runner.quality_runs, 1);
+  EXPECT_EQ(plan.config.train.batch_size, 64);
+  EXPECT_DOUBLE_EQ(plan.config.train.lr, 3e-3);
+  EXPECT_EQ(plan.config.train.precision, Precision::kBf16) << "measured, and not an LR change";
+  EXPECT_EQ(plan.effective_batch, EffectiveBatchOutcome::kUnchanged);
+  EXPECT_EQ(plan.goodput.chosen, plan.goodput.b0);
+  const PlanStage& last = plan.stages.back();
+  EXPECT_EQ(last.name, "interrupted");
+  EXPECT_NE(last.why.find("interrupted before the quality guard checked batch "),
+            std::string::npos)
+      << last.why;
+  EXPECT_NE(last.why.find("the plan keeps batch 64"), std::string::npos) << last.why;
 }
 
 TEST(Tuner, Issue13_AMemorySaverOverTheReserveIsNotTaken) {
