@@ -103,6 +103,8 @@ def main():
               f" φ {fmt(n.get('phi'))} (95%: {fmt(n.get('low'))}–{fmt(n.get('high'))}), "
               f"predicted speed-up {fmt(g.get('predicted_speedup'), 2)}")
         results = {}
+        if g.get("why"):
+            print(f"  goodput: {g['why']}")
         for b in g.get("guard_branches") or []:
             print(f"  guard: batch {b['batch_size']}{' (up)' if b.get('searched_up') else ''}"
                   f" {'accepted' if b['accepted'] else 'rejected'}, efficiency predicted "
