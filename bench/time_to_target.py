@@ -127,6 +127,10 @@ def main():
         for b in [int(x) for x in args.batches.split(",")]:
             grid[b] = point(args, folder, f"grid, rule LR", b, rule_lr(b), at_plan)
         best = min(grid, key=grid.get)
+        if math.isinf(grid[best]):
+            print(f"  grid best: none: no grid point reached the target with every seed "
+                  f"(φ measured {fmt(n.get('phi'))}); plan: {results['plan']:.2f} s")
+            return
         print(f"  grid best: batch {best} at {grid[best]:.2f} s (φ measured {fmt(n.get('phi'))}); "
               f"plan / grid best = {results['plan'] / grid[best]:.2f}; user / grid best = "
               f"{results['user'] / grid[best]:.2f}"
