@@ -106,16 +106,16 @@ GoodputChoice choose(const std::vector<std::pair<int64_t, double>>& curve, int64
     g.curve.push_back(p);
     if (b == lim.above) floor = p.speedup;
   }
-  if (lim.above > b0) g.predicted_speedup = floor;
+  double best = floor;
   for (const GoodputPoint& p : g.curve) {
     const int64_t b = p.batch;
     if (b > std::max(b0, lim.above) && b < lim.below && p.speedup >= floor * (1.0 + min_gain) &&
-        p.speedup > g.predicted_speedup) {
+        p.speedup > best) {
       g.chosen = b;
-      g.predicted_speedup = p.speedup;
+      best = p.speedup;
     }
   }
-  if (lim.above > b0 && g.chosen == b0) g.predicted_speedup = 1;
+  if (g.chosen != b0) g.predicted_speedup = best;
   g.gain = gain_ratio(g.phi_used, static_cast<double>(b0), static_cast<double>(g.chosen));
   g.lr_multiplier = gain_lr_multiplier(g.gain, optimizer);
   explain(g, lim, x0, min_gain);
@@ -132,28 +132,33 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
   return choose(curve, b0, noise, noise_kind, optimizer, min_gain, lim);
 }
 
-GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
-                           OptimizerKind optimizer) {
+namespace {
+
+// The guard's next choice on `g`'s measured curve, within `lim`; the branches stay on record.
+GoodputChoice choose_again(const GoodputChoice& g, const Limits& lim, OptimizerKind optimizer) {
   std::vector<std::pair<int64_t, double>> curve;
   for (const GoodputPoint& p : g.curve) curve.emplace_back(p.batch, p.samples_per_s);
-  Limits lim;
-  lim.credit = phi;
-  lim.below = below;
   GoodputChoice next = choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, lim);
   next.branches = g.branches;
   return next;
 }
 
+}  // namespace
+
+GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
+                           OptimizerKind optimizer) {
+  Limits lim;
+  lim.credit = phi;
+  lim.below = below;
+  return choose_again(g, lim, optimizer);
+}
+
 GoodputChoice choose_above(const GoodputChoice& g, int64_t above, double phi,
                            OptimizerKind optimizer) {
-  std::vector<std::pair<int64_t, double>> curve;
-  for (const GoodputPoint& p : g.curve) curve.emplace_back(p.batch, p.samples_per_s);
   Limits lim;
   lim.phi = std::max(0.0, phi);
   lim.above = above;
-  GoodputChoice next = choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, lim);
-  next.branches = g.branches;
-  return next;
+  return choose_again(g, lim, optimizer);
 }
 
 namespace {
@@ -200,7 +205,6 @@ MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& re
     }
     size_t k = 1;
     while (k <= ref.size() && window_loss(p, k) > final_loss) ++k;
-    const double ref_samples = static_cast<double>(ref.size()) * static_cast<double>(b0);
     if (k <= ref.size()) {
       // The reference's samples to the candidate's last loss, over the candidate's samples.
       efficiency_sum += static_cast<double>(k) * static_cast<double>(b0) / samples;
@@ -210,6 +214,7 @@ MeasuredEfficiency measure_efficiency(const std::vector<std::vector<double>>& re
       const double ref_final = window_loss(p, ref.size());
       size_t kc = 1;
       while (kc < losses.size() && window_loss(own, kc) > ref_final) ++kc;
+      const double ref_samples = static_cast<double>(ref.size()) * static_cast<double>(b0);
       efficiency_sum += ref_samples / (static_cast<double>(kc) * static_cast<double>(batch));
       m.crossed_late = true;
     }

@@ -31,7 +31,7 @@ Profile describe_run(const ProfileOptions& options, const ProfileJob& job) {
   p.threads = options.threads;
   p.local_ranks = job.dist.local_world_size;
   p.workers = options.workers;
-  p.prefetch = options.workers > 0 ? std::max(options.prefetch, options.workers) : options.prefetch;
+  p.prefetch = loader_batches_ahead(options.prefetch, options.workers);  // what the Loader makes
   p.train = options.train;
   p.memory_limit_bytes = options.memory_limit_bytes;
   p.window_steps = options.window_steps;

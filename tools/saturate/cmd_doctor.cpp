@@ -30,8 +30,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // Any spec other than fashion-mnist (whose check knows the Debian package) is opened as train
 // opens it: the same readers, so doctor accepts exactly what train accepts and names the file
 // at fault when it does not.
-void check_data_as_train_opens_it(const std::string& spec, std::vector<DoctorCheck>& checks) {
-  if (spec.empty() || spec == "fashion-mnist") return;
+DoctorCheck check_data_as_train_opens_it(const std::string& spec) {
   DoctorCheck c;
   c.name = "dataset";
   try {
@@ -54,8 +53,7 @@ void check_data_as_train_opens_it(const std::string& spec, std::vector<DoctorChe
     c.fix = "pass a spec train accepts: " + join(dataset_spec_examples(), ", ") +
             " or synthetic:C,H,W,CLASSES,COUNT";
   }
-  for (DoctorCheck& d : checks)
-    if (d.name == "dataset") d = c;
+  return c;
 }
 
 }  // namespace
@@ -74,11 +72,11 @@ int run_doctor(const std::vector<std::string>& args) {
   app.add_flag("--no-gemm", no_gemm, "skip the matmul timing");
   if (!parse_args(app, args)) return 0;
   opts.measure_gemm = !no_gemm;
+  opts.check_data = check_data_as_train_opens_it;
 
   const int threads_in_effect = configure_threads(threads);
   const DeviceProbe probe = probe_devices();
-  std::vector<DoctorCheck> checks = run_doctor(opts, probe);
-  check_data_as_train_opens_it(opts.data_spec, checks);
+  const std::vector<DoctorCheck> checks = run_doctor(opts, probe);
   // The environment rules of diagnose, for the device a run would pick (the blas check above
   // has timed the GEMM; the rules here judge the BLAS by name).
   const DeviceChoice choice = select_device(DeviceSpec::parse("auto"), probe);

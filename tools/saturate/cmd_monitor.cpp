@@ -98,17 +98,18 @@ int run_monitor(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   SATURATE_CHECK(count >= 0, "monitor: --count must not be negative, got ", count);
   std::optional<Watched> watched;
+  std::string comm;
   if (app.count("--pid") > 0) {
     const std::optional<PidStat> p = read_pid_stat(pid);
     SATURATE_CHECK(p.has_value(), "monitor: --pid ", pid, ": no such process");
     watched = Watched{pid, p->cpu_ticks, 0};
+    comm = p->comm;
   }
   DeviceSampler sampler(options);  // validates the interval
   const DeviceSample first = sampler.sample_now();  // CPU utilisation is between two readings
   if (watched) watched->t_s = first.t_s;
   if (!as_json)
-    print_header(sampler, options, watched ? &*watched : nullptr,
-                 watched ? read_pid_stat(pid).value_or(PidStat{}).comm : "",
+    print_header(sampler, options, watched ? &*watched : nullptr, comm,
                  read_proc_stat().cores.size());
   const auto interval = std::chrono::duration<double, std::milli>(options.interval_ms);
   for (int64_t i = 0; count == 0 || i < count; ++i) {

@@ -40,6 +40,12 @@ struct TransformOptions {
   bool random = true;      ///< false: centre crop and no flip (evaluation)
 };
 
+/// The batches a Loader with `prefetch` and `workers` makes ahead: prefetch, but at least one
+/// per worker (and at least one).
+inline int loader_batches_ahead(int prefetch, int workers) {
+  return std::max({1, prefetch, workers});
+}
+
 struct LoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = true;
@@ -50,7 +56,7 @@ struct LoaderOptions {
   int workers = 0;   ///< threads making batches; 0 makes them on the caller's thread
   int prefetch = 2;  ///< batches made ahead of the consumer (at least 1)
   /// What the Loader makes ahead: prefetch, but at least one batch per worker.
-  int batches_ahead() const { return std::max({1, prefetch, workers}); }
+  int batches_ahead() const { return loader_batches_ahead(prefetch, workers); }
   bool pin_memory = false;  ///< page-locked batch buffers (for asynchronous copies to a GPU)
   /// >= 0: next() returns batches already on this GPU, copied on a side stream that the
   /// device's current stream waits on (implies pin_memory); -1 keeps them on the host.

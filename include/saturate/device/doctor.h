@@ -6,6 +6,7 @@
 //   for (const auto& c : saturate::run_doctor({}, saturate::probe_devices()))
 //     std::cout << saturate::to_string(c.status) << "  " << c.name << ": " << c.detail << "\n";
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,11 @@ struct DoctorOptions {
   /// Time faulting in 64 MiB of fresh memory (about 10-40 ms): what allocation churn costs.
   bool measure_page_faults = true;
   /// The data the run would use: "fashion-mnist" checks its folder (SATURATE_FASHION_MNIST_DIR,
-  /// default /usr/share/datasets/fashion-mnist); "synthetic..." needs none; anything else is
-  /// taken as a path that must exist.
+  /// default /usr/share/datasets/fashion-mnist); any other spec goes to `check_data` when it
+  /// is set (the data layer, above this one, opens it as train does); else "synthetic..."
+  /// needs none and anything else is taken as a path that must exist.
   std::string data_spec = "fashion-mnist";
+  std::function<DoctorCheck(const std::string& spec)> check_data;
 };
 
 /// Runs every check in a fixed order. Reads OMP_NUM_THREADS, MKL_NUM_THREADS,

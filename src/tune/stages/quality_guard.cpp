@@ -62,15 +62,22 @@ std::vector<RunConfig> candidates_for(const TuneState& s, const RunConfig& ref) 
 // A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
 // is judged against the reference at equal wall time, with the samples its measured throughput
 // buys in the reference's time (at most 8×). Any other candidate: `samples`.
-int64_t equal_time_samples(const GoodputChoice& g, const RunConfig& c, int64_t samples) {
-  if (!g.usable || c.train.batch_size <= g.b0 || c.train.accumulate != 1) return samples;
+// Batch `batch`'s measured samples/s over the user's batch's on goodput's curve (0: either
+// was not measured).
+double throughput_ratio(const GoodputChoice& g, int64_t batch) {
   double x0 = 0, x = 0;
   for (const GoodputPoint& p : g.curve) {
     if (p.batch == g.b0) x0 = p.samples_per_s;
-    if (p.batch == c.train.batch_size) x = p.samples_per_s;
+    if (p.batch == batch) x = p.samples_per_s;
   }
-  if (x0 <= 0 || x <= x0) return samples;
-  return static_cast<int64_t>(std::llround(static_cast<double>(samples) * std::min(x / x0, 8.0)));
+  return x0 > 0 ? x / x0 : 0;
+}
+
+int64_t equal_time_samples(const GoodputChoice& g, const RunConfig& c, int64_t samples) {
+  if (!g.usable || c.train.batch_size <= g.b0 || c.train.accumulate != 1) return samples;
+  const double ratio = throughput_ratio(g, c.train.batch_size);
+  if (ratio <= 1) return samples;
+  return static_cast<int64_t>(std::llround(static_cast<double>(samples) * std::min(ratio, 8.0)));
 }
 
 // The candidate is the batch goodput took (the batch stage's change, not a later stage's).
@@ -238,12 +245,7 @@ GoodputBranch measure_branch(const GoodputChoice& g, const RunConfig& c, const J
 // A branch's measured speed-up to the reference's quality: its measured efficiency times its
 // samples/s over the user's batch's.
 double measured_speedup(const GoodputChoice& g, const GoodputBranch& br) {
-  double x0 = 0, x = 0;
-  for (const GoodputPoint& p : g.curve) {
-    if (p.batch == g.b0) x0 = p.samples_per_s;
-    if (p.batch == br.batch) x = p.samples_per_s;
-  }
-  const double v = x0 > 0 ? br.measured_efficiency * x / x0 : 0;
+  const double v = br.measured_efficiency * throughput_ratio(g, br.batch);
   return std::isfinite(v) ? v : 0;
 }
 

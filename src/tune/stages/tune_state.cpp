@@ -82,9 +82,10 @@ TrialOutcome TuneState::fresh(const RunConfig& c, const std::string& stage) {
   TrialOutcome t = runner.run(req);
   record(stage, "measure", c, t);
   // Too short to time: measured again, long enough (the first run told how long a step is).
-  const int64_t longer = t.fits ? steps_for_timed(o.min_timed_s, sps(t), c.train.batch_size * std::max(1, c.world_size),
-                                                  req.steps - req.warmup_steps)
-                                : 0;
+  const int64_t longer =
+      t.fits ? steps_for_timed(o.min_timed_s, sps(t), c.train.batch_size * std::max(1, c.world_size),
+                               req.steps - req.warmup_steps)
+             : 0;
   if (longer > req.steps) {
     check_stop();
     req.steps = longer;
@@ -94,10 +95,7 @@ TrialOutcome TuneState::fresh(const RunConfig& c, const std::string& stage) {
   return t;
 }
 
-double TuneState::known_sps(const RunConfig& c) const {
-  auto it = cache_.find(c.describe());
-  return it == cache_.end() ? 0.0 : sps(it->second);
-}
+double TuneState::known_sps(const RunConfig& c) const { return sps(cached(c)); }
 
 TrialOutcome TuneState::cached(const RunConfig& c) const {
   auto it = cache_.find(c.describe());
