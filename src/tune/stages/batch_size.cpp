@@ -67,6 +67,41 @@ NoiseScaleEstimate probe_noise(TuneState& s, std::string& kind) {
   return t.measurement.noise;
 }
 
+// Goodput is decided near the user's batch, where the search (which starts large) rarely
+// measures: the user's batch and 2, 4 and 8 times it, where they fit, each read twice (smallest
+// to largest, then back) and taken as the mean. The ratios between these points decide the
+// batch, and this machine drifts over a tune: one pass would credit the later, larger batches
+// with the drift, and the user's batch as an earlier stage measured it would be older still.
+std::vector<std::pair<int64_t, double>> near_user_curve(TuneState& s, int64_t largest_safe) {
+  const int64_t b0 = s.base.train.batch_size;
+  std::vector<RunConfig> configs;
+  for (int64_t m : {1, 2, 4, 8}) {
+    if (m * b0 > largest_safe) break;
+    RunConfig c = s.current;
+    c.train.batch_size = m * b0;
+    c.train.accumulate = 1;
+    // The user's batch only as the stages so far run it (not when it needs micro-batches).
+    if (m == 1 && (s.current.describe() != c.describe() || !s.current_out.fits)) continue;
+    configs.push_back(c);
+  }
+  std::vector<TrialOutcome> first;
+  for (const RunConfig& c : configs) {
+    if (s.search_time_spent()) {  // out of time: the user's batch as measured before, if it is
+      if (c.describe() == s.current.describe()) first.push_back(s.current_out);
+      break;
+    }
+    first.push_back(s.fresh(c, "batch_size"));
+  }
+  std::vector<std::pair<int64_t, double>> curve;
+  for (size_t i = first.size(); i-- > 0;) {
+    TrialOutcome t = first[i];
+    if (!s.search_time_spent()) t = TuneState::mean_of(t, s.fresh(configs[i], "batch_size"));
+    s.store(configs[i], t);
+    if (t.fits) curve.emplace_back(configs[i].train.batch_size, TuneState::sps(t));
+  }
+  return curve;
+}
+
 BatchSearchResult run_search(TuneState& s) {
   BatchSearchOptions so = s.o.search;
   so.min_timed_s = s.o.min_timed_s;
@@ -90,26 +125,12 @@ void batch_size(TuneState& s) {
   BatchChoice choice =
       choose_effective_batch(s.current, s.base, r.chosen, r.largest_safe, s.o.effective_batch);
   if (noise.steps > 0) {
-    // The search's throughput curve, and the user's batch as the stages so far measured it.
-    std::vector<std::pair<int64_t, double>> curve;
-    if (s.current.train.batch_size == b0 && s.current_out.fits)
-      curve.emplace_back(b0, TuneState::sps(s.current_out));
+    std::vector<std::pair<int64_t, double>> curve = near_user_curve(s, r.largest_safe);
+    // The search's points beyond them; those among them were read at another time.
+    int64_t near_end = 0;
+    for (const auto& q : curve) near_end = std::max(near_end, q.first);
     for (const CurvePoint& p : r.curve)
-      if (p.batch_size != b0 || curve.empty()) curve.emplace_back(p.batch_size, p.samples_per_s);
-    // Goodput is decided near the user's batch, where the search (which starts large) rarely
-    // measures: 2, 4 and 8 times it, where they fit.
-    for (int64_t m : {2, 4, 8}) {
-      const int64_t b = m * b0;
-      if (b > r.largest_safe || s.search_time_spent()) break;
-      bool known = false;
-      for (const auto& p : curve) known = known || p.first == b;
-      if (known) continue;
-      RunConfig c = s.current;
-      c.train.batch_size = b;
-      c.train.accumulate = 1;
-      const TrialOutcome& t = s.measured(c, "batch_size");
-      if (t.fits) curve.emplace_back(b, TuneState::sps(t));
-    }
+      if (p.batch_size > near_end) curve.emplace_back(p.batch_size, p.samples_per_s);
     std::sort(curve.begin(), curve.end());
     s.plan.goodput = choose_by_goodput(curve, b0, noise, kind, s.base.train.optimizer);
     // Only larger batches are judged by goodput; a smaller fastest batch keeps the user's

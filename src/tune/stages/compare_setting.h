@@ -33,7 +33,10 @@ void compare_setting(TuneState& s, const std::string& stage, T TrainOptions::*se
   const T& kept = s.current.train.*setting;
   const T& chosen = best.config.train.*setting;
   const bool changed = chosen != kept;
-  const double before = TuneState::sps(at_out), after = TuneState::sps(best.outcome);
+  // Both as measured by now: a winner's second reading also re-measured `at`.
+  const double at_now = TuneState::sps(s.cached(at));
+  const double before = at_now > 0 ? at_now : TuneState::sps(at_out);
+  const double after = TuneState::sps(best.outcome);
   std::string why = to_string(kept) + " " + format_fixed(before, 1) + " samples/s at batch " +
                     std::to_string(at.train.batch_size) + "; " + best.tried;
   why += changed ? ": " + to_string(chosen) + " is faster by " + pct(after / before - 1.0)

@@ -109,6 +109,25 @@ const TrialOutcome& TuneState::remember(const RunConfig& c, const TrialOutcome& 
   return cache_.emplace(c.describe(), t).first->second;  // an earlier measurement stands
 }
 
+void TuneState::store(const RunConfig& c, const TrialOutcome& t) {
+  cache_[c.describe()] = t;
+  if (c.describe() == current.describe()) current_out = t;
+}
+
+TrialOutcome TuneState::mean_of(const TrialOutcome& a, const TrialOutcome& b) {
+  if (!a.fits) return a;
+  if (!b.fits) return b;
+  TrialOutcome m = b;
+  m.measurement.samples_per_s = 0.5 * (sps(a) + sps(b));
+  m.measurement.peak_memory_bytes =
+      std::max(a.measurement.peak_memory_bytes, b.measurement.peak_memory_bytes);
+  std::vector<double>& steps = m.measurement.step_samples_per_s;
+  steps.insert(steps.begin(), a.measurement.step_samples_per_s.begin(),
+               a.measurement.step_samples_per_s.end());
+  m.steps_run = a.steps_run + b.steps_run;
+  return m;
+}
+
 bool TuneState::better(const TrialOutcome& a, const TrialOutcome& b) const {
   if (!safe(a)) return false;
   if (!b.fits) return true;
@@ -125,6 +144,7 @@ Pick TuneState::pick_fastest(const std::string& stage, const RunConfig& from,
                              const TrialOutcome& from_out,
                              const std::vector<Candidate>& candidates, OnTrialError on_error) {
   Pick best{from, from_out, ""};
+  std::string best_label;
   std::ostringstream tried;
   for (const Candidate& c : candidates) {
     tried << (tried.tellp() > 0 ? ", " : "") << c.label << " ";
@@ -141,10 +161,36 @@ Pick TuneState::pick_fastest(const std::string& stage, const RunConfig& from,
     if (better(*out, best.outcome)) {
       best.config = c.config;
       best.outcome = *out;
+      best_label = c.label;
     }
   }
+  if (!best_label.empty() && safe(from_out))
+    replicate(stage, from, from_out, best_label, best, tried);
   best.tried = tried.str();
   return best;
+}
+
+// The winner measured again, then the incumbent: kept only if it wins this reverse-order
+// round too; each configuration's measurement becomes the mean of its two readings.
+void TuneState::replicate(const std::string& stage, const RunConfig& from,
+                          const TrialOutcome& from_out, const std::string& label, Pick& best,
+                          std::ostringstream& tried) {
+  const TrialOutcome again = fresh(best.config, stage);
+  const TrialOutcome from_again = fresh(from, stage);
+  const TrialOutcome from_mean = mean_of(from_out, from_again);
+  store(from, from_mean);
+  tried << "; measured again, " << label << " first: "
+        << (again.fits ? format_fixed(sps(again), 1) + " samples/s" : std::string("out of memory"))
+        << " vs " << format_fixed(sps(from_again), 1);
+  if (better(again, from_again)) {
+    best.outcome = mean_of(best.outcome, again);
+    store(best.config, best.outcome);
+    tried << ": " << label << " won again";
+    return;
+  }
+  tried << ": " << label << " did not win again";
+  best.config = from;
+  best.outcome = from_mean;
 }
 
 void TuneState::adopt(const RunConfig& c, const TrialOutcome& t) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -85,10 +86,19 @@ class TuneState {
   TrialOutcome cached(const RunConfig& c) const;
   /// Stores `t` as the measurement of `c` (what the batch search measured for it).
   const TrialOutcome& remember(const RunConfig& c, const TrialOutcome& t);
+  /// Replaces the measurement of `c` with `t` (a mean of fresh readings); the current
+  /// configuration's too when `c` is it.
+  void store(const RunConfig& c, const TrialOutcome& t);
+  /// Two readings as one: the mean samples/s, both readings' steps, the larger peak. An
+  /// out-of-memory reading makes the whole one so.
+  static TrialOutcome mean_of(const TrialOutcome& a, const TrialOutcome& b);
   /// `a` beats `b` by the noise rule and is safe.
   bool better(const TrialOutcome& a, const TrialOutcome& b) const;
   /// Measures each candidate in order and keeps the fastest that beats the current
-  /// configuration (or the one given) beyond noise.
+  /// configuration (or the one given) beyond noise. A winner is measured again, then the
+  /// incumbent, in the reverse of their first order, and kept only if it wins again: the machine
+  /// drifts over a tune (readings of one configuration a minute apart differ by up to 2× on
+  /// a shared 2-core VM), and the later of two readings would otherwise win by drift alone.
   Pick pick_fastest(const std::string& stage, const std::vector<Candidate>& candidates,
                     OnTrialError on_error);
   Pick pick_fastest(const std::string& stage, const RunConfig& from, const TrialOutcome& from_out,
@@ -127,6 +137,9 @@ class TuneState {
   TrialOutcome last_safe_out_;
   bool has_safe_ = false;
   std::map<std::string, TrialOutcome> cache_;
+
+  void replicate(const std::string& stage, const RunConfig& from, const TrialOutcome& from_out,
+                 const std::string& label, Pick& best, std::ostringstream& tried);
 };
 
 std::string pct(double fraction);

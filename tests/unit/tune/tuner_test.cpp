@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -542,14 +543,15 @@ TEST(Tuner, Issue13_AGivenEvalBatchThatDoesNotFitIsReplacedBySaysWhy) {
 // shared machine do, while runs long enough to time read the truth).
 class Flattering : public TrialRunner {
  public:
-  enum When { kFirstTiming, kShortTimings };
+  enum When { kFirstTiming, kFirstTwoTimings, kShortTimings };
   Flattering(TrialRunner& inner, std::string base, When when = kFirstTiming)
       : inner_(inner), base_(base), when_(when) {}
   TrialOutcome run(const TrialRequest& request) override {
     TrialOutcome t = inner_.run(request);
     const std::string c = request.config.describe();
-    const bool flatter = when_ == kFirstTiming ? seen_.insert(c).second
-                                               : request.steps - request.warmup_steps <= 5;
+    const int n = ++timings_[c];
+    const bool flatter = when_ == kShortTimings ? request.steps - request.warmup_steps <= 5
+                                                : n <= (when_ == kFirstTiming ? 1 : 2);
     if (c != base_ && flatter) t.measurement.samples_per_s *= 1.3;
     return t;
   }
@@ -563,16 +565,17 @@ class Flattering : public TrialRunner {
   TrialRunner& inner_;
   std::string base_;
   When when_;
-  std::set<std::string> seen_;
+  std::map<std::string, int> timings_;
 };
 
 TEST(Tuner, Issue13_AFreshMeasurementKeepsTheUsersConfigurationWhenTheTunedOneIsNotFaster) {
-  // bf16 is really 15% slower; its flattered first timing looks 10% faster.
+  // bf16 is really 15% slower; its flattered first two timings look 10% faster, so it wins
+  // the precision stage's two rounds, and only confirm's fresh rounds see through it.
   SimulatedProfile p = gpu_like();
   p.half_batch = 0.01;  // flat: no batch is faster than 64 either
   p.bf16_speedup = 0.85;
   SimulatedDevice sim(p, 34);
-  Flattering dev(sim, user(64).describe());
+  Flattering dev(sim, user(64).describe(), Flattering::kFirstTwoTimings);
   const Plan plan = tune(dev, user(64), options());
   const PlanStage& c = stage(plan, "confirm");
   EXPECT_TRUE(stage(plan, "precision").changed) << "the flattery did not fool the stage";
@@ -897,6 +900,104 @@ TEST(Tuner, Issue35_TheGuardGoesUpTheCurveWhenTheRunLearnedMoreThanPredicted) {
   EXPECT_EQ(k.quality.status, QualityStatus::kAccepted);
   EXPECT_NE(k.quality.why.find("kept batch " + std::to_string(first.batch)), std::string::npos)
       << k.quality.why;
+}
+
+namespace {
+
+// A machine that speeds up over the tune, as a shared VM's neighbours quiet down: each trial
+// reads `rate` more than the one before it, whatever it runs. (On this project's 2-core VM, the
+// user's configuration read 24.5k samples/s at the start of an mlp tune and 33k in its confirm
+// stage a minute later.)
+class Drifting : public TrialRunner {
+ public:
+  Drifting(TrialRunner& inner, double rate) : inner_(inner), rate_(rate) {}
+  TrialOutcome run(const TrialRequest& r) override {
+    TrialOutcome t = inner_.run(r);
+    const double k = 1.0 + rate_ * static_cast<double>(trials_++);
+    t.measurement.samples_per_s *= k;
+    for (double& x : t.measurement.step_samples_per_s) x *= k;
+    return t;
+  }
+  QualityRun train_and_validate(const RunConfig& c, int64_t samples) override {
+    return inner_.train_and_validate(c, samples);
+  }
+  bool measures_noise_scale() const override { return inner_.measures_noise_scale(); }
+  int64_t memory_limit_bytes() const override { return inner_.memory_limit_bytes(); }
+  int64_t max_batch_size() const override { return inner_.max_batch_size(); }
+
+ private:
+  TrialRunner& inner_;
+  double rate_;
+  int trials_ = 0;
+};
+
+// The first reading of a configuration matching `pick`, in trial order (0 when none).
+double first_reading(const Plan& p, const std::function<bool(const RunConfig&)>& pick) {
+  for (const PlanTrial& t : p.trials)
+    if (t.fits && pick(t.config)) return t.samples_per_s;
+  return 0;
+}
+
+}  // namespace
+
+// bf16 is exactly as fast as fp32 and measured after it, on a machine 5% faster each trial.
+// A single pass takes bf16; the reverse-order second round does not, and a real win still is.
+TEST(Tuner, Issue35_AWinByDriftAloneIsNotTaken) {
+  SimulatedProfile p = gpu_like();
+  p.half_batch = 0.01;
+  p.bf16_speedup = 1.0;
+  SimulatedDevice sim(p, 36);
+  Drifting dev(sim, 0.05);
+  const Plan plan = tune(dev, user(64), options());
+  const PlanStage& st = stage(plan, "precision");
+  const auto at64 = [](Precision want) {
+    return [want](const RunConfig& c) {
+      return c.train.batch_size == 64 && c.train.precision == want;
+    };
+  };
+  // The bad case: bf16's first reading beats fp32's by more than the stage asks.
+  EXPECT_GT(first_reading(plan, at64(Precision::kBf16)),
+            1.05 * first_reading(plan, at64(Precision::kFp32)));
+  EXPECT_FALSE(st.changed) << st.why;
+  EXPECT_NE(st.why.find("bf16 did not win again"), std::string::npos) << st.why;
+  EXPECT_EQ(plan.config.train.precision, Precision::kFp32) << st.why;
+
+  p.bf16_speedup = 1.3;  // a real gain survives the same drift
+  SimulatedDevice sim2(p, 36);
+  Drifting dev2(sim2, 0.05);
+  const Plan real = tune(dev2, user(64), options());
+  const PlanStage& won = stage(real, "precision");
+  EXPECT_TRUE(won.changed) << won.why;
+  EXPECT_NE(won.why.find("bf16 won again"), std::string::npos) << won.why;
+}
+
+// Throughput is flat in the batch and the machine drifts: read once from small to large, batch
+// 512 would look 7% faster than 64, enough for goodput at a φ where every batch here is
+// efficient (E(512) = 0.995). Read back down as well, the drift cancels and the user's batch stays.
+TEST(Tuner, Issue35_TheGoodputCurveIsReadBothWaysSoDriftDoesNotPickTheBatch) {
+  SimulatedProfile flat = gpu_like();
+  flat.half_batch = 0.01;
+  SimulatedDevice sim(flat, 37);
+  NoisyGradients noisy(sim, /*phi=*/100000);
+  Drifting dev(noisy, 0.05);
+  TuneOptions o = options();
+  o.precisions = {};
+  const Plan p = tune(dev, user(64), o);
+  ASSERT_TRUE(p.goodput.usable) << p.goodput.why;
+  const auto batch_stage_at = [&p](int64_t b) {
+    for (const PlanTrial& t : p.trials)
+      if (t.stage == "batch_size" && t.purpose == "measure" && t.config.train.batch_size == b &&
+          t.config.train.accumulate == 1)
+        return t.samples_per_s;
+    return 0.0;
+  };
+  ASSERT_GT(batch_stage_at(64), 0) << p.goodput.why;
+  EXPECT_GT(batch_stage_at(512), 1.06 * batch_stage_at(64)) << "no drift to undo";
+  EXPECT_EQ(p.goodput.chosen, 64) << p.goodput.why;
+  EXPECT_EQ(p.config.train.batch_size, 64) << p.goodput.why;
+  for (const GoodputPoint& g : p.goodput.curve)
+    if (g.batch <= 512) EXPECT_NEAR(g.samples_per_s, p.goodput.curve.front().samples_per_s,
+                                    0.05 * g.samples_per_s) << g.batch;
 }
 
 }  // namespace saturate
