@@ -7,7 +7,11 @@ picks) and a grid over batch sizes with the LR rule, each point with several see
 Every run is `saturate train --target val_accuracy=T --val-fraction 0.1 --epochs E`; its time to
 target is the summed step time up to the first evaluation at or above T (the summary's
 target.train_s; evaluation left out). A run that never gets there counts as its whole training
-time and is marked. Medians over the seeds. The largest batch and the grid run at the plan's
+time and is marked. The seeds run in rounds, each round every configuration once. Each row
+shows medians over the seeds: time to target, samples to target and samples/s, and `est`, the
+median samples to target over the median samples/s (one run's samples/s can read half another's
+of the same configuration on this VM; est keeps that from deciding a row alone). The grid's best
+and the ratios are given by both. The largest batch and the grid run at the plan's
 precision, layout and threads (`--config plan.json` with the batch and LR overridden); the
 user's default runs as the user gave it. The largest batch takes the square-root rule (what a
 throughput-only finder does); the grid the LR rule of the optimizer (square root for AdamW,
@@ -42,27 +46,74 @@ def train(args, folder, batch, lr, seed, extra=()):
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                        timeout=1800)
     if r.returncode == 1 and "diverged" in r.stderr:  # a rule LR the batch cannot take
-        return math.inf, False
+        return Run(math.inf, False, math.inf, 0.0)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr}")
     with open(summary, encoding="utf-8") as f:
         s = json.load(f)
     t = s["target"]
-    return (t["train_s"], True) if t["reached"] else (s["train_wall_s"], False)
+    if not t["reached"]:
+        return Run(s["train_wall_s"], False, math.inf, s["samples_per_s"])
+    return Run(t["train_s"], True, t["samples"], s["samples_per_s"])
 
 
-def point(args, folder, label, batch, lr, extra=()):
-    runs = [train(args, folder, batch, lr, seed, extra) for seed in range(args.seeds)]
-    times = [t for t, _ in runs]
-    missed = sum(1 for _, ok in runs if not ok)
-    med = statistics.median(times)
-    diverged = sum(1 for t in times if math.isinf(t))
-    note = f"  ({missed} of {len(runs)} never reached it" + \
-        (f", {diverged} diverged" if diverged else "") + ")" if missed else ""
-    shown = "      –" if math.isinf(med) else f"{med:7.2f}"
-    print(f"  {label:34} batch {batch:6}  lr {lr:9.6f}  {shown} s{note}")
+class Run:
+    """One train run: time to target (summed step time), reached, samples to target, and the
+    run's steady-state samples/s."""
+
+    def __init__(self, seconds, reached, samples, samples_per_s):
+        self.seconds, self.reached, self.samples, self.samples_per_s = \
+            seconds, reached, samples, samples_per_s
+
+
+class Point:
+    """A configuration run once per seed. Its time to target is reported two ways: the median
+    measured time, and the median samples to target over the median samples/s of its runs
+    (est). On this shared 2-core VM one run's samples/s can read half another's of the same
+    configuration; the estimate keeps that from deciding a row alone."""
+
+    def __init__(self, label, batch, lr, extra=()):
+        self.label, self.batch, self.lr, self.extra, self.runs = label, batch, lr, extra, []
+
+    def missed(self):
+        return sum(1 for r in self.runs if not r.reached)
+
+    def seconds(self):
+        return math.inf if self.missed() else statistics.median(r.seconds for r in self.runs)
+
+    def estimate(self):
+        if self.missed():
+            return math.inf
+        sps = statistics.median(r.samples_per_s for r in self.runs)
+        return statistics.median(r.samples for r in self.runs) / sps if sps > 0 else math.inf
+
+    def show(self):
+        diverged = sum(1 for r in self.runs if math.isinf(r.seconds))
+        note = f"  ({self.missed()} of {len(self.runs)} never reached it" + \
+            (f", {diverged} diverged" if diverged else "") + ")" if self.missed() else ""
+        med = statistics.median(r.seconds for r in self.runs)
+        shown = "      –" if math.isinf(med) else f"{med:7.2f}"
+        samples = statistics.median(r.samples for r in self.runs)
+        sps = statistics.median(r.samples_per_s for r in self.runs)
+        est = self.estimate()
+        print(f"  {self.label:30} batch {self.batch:6}  lr {self.lr:9.6f}  {shown} s  "
+              + ("" if math.isinf(samples) else f"{samples / 1000:6.1f}k samples ")
+              + f"{sps / 1000:6.1f}k/s  est {fmt(est, 2) if not math.isinf(est) else '–'} s{note}")
+
+
+def run_rounds(args, folder, points):
+    """Seed by seed, every point once per round: a slow spell of the machine then falls on
+    every configuration alike, not on whichever ran during it."""
+    for seed in range(args.seeds):
+        for pt in points:
+            pt.runs.append(train(args, folder, pt.batch, pt.lr, seed, pt.extra))
+    for pt in points:
+        pt.show()
     sys.stdout.flush()
-    return med if not missed else math.inf
+
+
+def ratios(name, of, best, by):
+    return f"{name} / grid best = {by(of) / by(best):.2f}"
 
 
 def main():
@@ -98,11 +149,11 @@ def main():
         cfg, g = p["config"], p.get("goodput") or {}
         n = g.get("noise_scale") or {}
         print(f"{args.model}, {args.optimizer} lr {args.lr}, user batch {args.batch}, target "
-              f"val_accuracy {args.target}, {args.seeds} seeds, medians of time to target")
+              f"val_accuracy {args.target}, {args.seeds} seeds in interleaved rounds; medians "
+              f"of time to target, samples to target and samples/s")
         print(f"  plan: batch {cfg['batch_size']} lr {cfg['lr']:.6f} precision {cfg['precision']};"
               f" φ {fmt(n.get('phi'))} (95%: {fmt(n.get('low'))}–{fmt(n.get('high'))}), "
               f"predicted speed-up {fmt(g.get('predicted_speedup'), 2)}")
-        results = {}
         if g.get("why"):
             print(f"  goodput: {g['why']}")
         for b in g.get("guard_branches") or []:
@@ -112,31 +163,28 @@ def main():
                   f"{fmt(b['measured_efficiency'], 2)}{' (diverged)' if b['diverged'] else ''}, "
                   f"φ after {fmt(b['phi_after'])}")
         at_plan = ("--config", plan)
-        results = {}
-        results["plan"] = point(args, folder, "plan (train --config)", cfg["batch_size"],
-                                cfg["lr"], at_plan)
+        points = {"plan": Point("plan (train --config)", cfg["batch_size"], cfg["lr"], at_plan)}
         if g.get("curve") and len(g["curve"]) > 1:
-            results["adaptive"] = point(args, folder, "plan, --adaptive-batch", cfg["batch_size"],
-                                        cfg["lr"], at_plan + ("--adaptive-batch",))
-        results["user"] = point(args, folder, "user default", args.batch, args.lr)
+            points["adaptive"] = Point("plan, --adaptive-batch", cfg["batch_size"], cfg["lr"],
+                                       at_plan + ("--adaptive-batch",))
+        points["user"] = Point("user default", args.batch, args.lr)
         largest = max(t["config"]["batch_size"] for t in p["trials"]
                       if t.get("outcome", "fits") == "fits")
-        results["largest"] = point(args, folder, "largest that fits, sqrt LR", largest,
-                                   rule_lr(largest, sqrt=True), at_plan)
-        grid = {}
-        for b in [int(x) for x in args.batches.split(",")]:
-            grid[b] = point(args, folder, f"grid, rule LR", b, rule_lr(b), at_plan)
-        best = min(grid, key=grid.get)
-        if math.isinf(grid[best]):
-            print(f"  grid best: none: no grid point reached the target with every seed "
-                  f"(φ measured {fmt(n.get('phi'))}); plan: {results['plan']:.2f} s")
-            return
-        print(f"  grid best: batch {best} at {grid[best]:.2f} s (φ measured {fmt(n.get('phi'))}); "
-              f"plan / grid best = {results['plan'] / grid[best]:.2f}; user / grid best = "
-              f"{results['user'] / grid[best]:.2f}"
-              + (f"; adaptive / grid best = {results['adaptive'] / grid[best]:.2f}"
-                 if "adaptive" in results else ""))
-
+        points["largest"] = Point("largest that fits, sqrt LR", largest,
+                                  rule_lr(largest, sqrt=True), at_plan)
+        grid = [Point("grid, rule LR", b, rule_lr(b), at_plan)
+                for b in [int(x) for x in args.batches.split(",")]]
+        run_rounds(args, folder, list(points.values()) + grid)
+        for by, what in ((Point.seconds, "measured"), (Point.estimate, "est")):
+            best = min(grid, key=by)
+            if math.isinf(by(best)):
+                print(f"  grid best ({what}): none: no grid point reached the target with every "
+                      f"seed (φ measured {fmt(n.get('phi'))})")
+                continue
+            print(f"  grid best ({what}): batch {best.batch} at {by(best):.2f} s (φ measured "
+                  f"{fmt(n.get('phi'))}); "
+                  + "; ".join(ratios(k, pt, best, by) for k, pt in points.items()
+                              if k != "largest"))
 
 if __name__ == "__main__":
     main()

@@ -82,11 +82,12 @@ class Search {
   // One measurement; one whose timed steps were too short to time is taken again, longer.
   TrialOutcome trial(int64_t batch, int64_t steps, const char* purpose) {
     const TrialOutcome t = trial_once(batch, steps, purpose);
-    const int64_t longer =
-        t.fits && steps > 1
-            ? steps_for_timed(o_.min_timed_s, t.measurement.samples_per_s,
-                              batch * std::max(1, base_.world_size), steps - 1)
-            : 0;
+    RunConfig at = base_;
+    at.train.batch_size = batch;
+    const int64_t longer = t.fits && steps > 1 ? steps_for_timed(o_.min_timed_s,
+                                                                 t.measurement.samples_per_s,
+                                                                 at.global_batch(), steps - 1)
+                                               : 0;
     return longer > steps ? trial_once(batch, longer, "longer") : t;
   }
 

@@ -61,8 +61,7 @@ std::string keep_only_guarded(TuneState& s) {
   s.set_effective_batch(c.train.accumulate > 1 ? EffectiveBatchOutcome::kKept
                                                : EffectiveBatchOutcome::kUnchanged,
                         why);
-  s.plan.goodput.chosen = s.plan.goodput.b0;
-  s.plan.goodput.predicted_speedup = s.plan.goodput.gain = s.plan.goodput.lr_multiplier = 1;
+  s.plan.goodput.keep_user_batch();
   // Its own measurement when a stage took one; else none (the plan says samples/s unknown).
   s.adopt(c, s.cached(c));
   return why;

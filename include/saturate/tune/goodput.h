@@ -63,6 +63,13 @@ struct GoodputChoice {
   std::string rule;          ///< which of the two
   std::vector<GoodputPoint> curve;  ///< the batches ≥ B0 that were measured
   std::vector<GoodputBranch> branches;  ///< what the quality guard trained, in order
+
+  /// Back to the user's batch: no batch change, no predicted gain (the curve and the branches
+  /// stay on record).
+  void keep_user_batch() {
+    chosen = b0;
+    predicted_speedup = gain = lr_multiplier = 1;
+  }
 };
 
 /// The most batches the quality guard trains along the goodput curve before it falls back.

@@ -33,6 +33,8 @@ struct RunConfig {
   int64_t micro_batch() const {
     return (train.batch_size + train.accumulate - 1) / train.accumulate;
   }
+  /// Samples one optimizer step takes over all ranks.
+  int64_t global_batch() const { return train.batch_size * (world_size > 1 ? world_size : 1); }
   /// "batch 256, bf16, accumulate 2, 4 threads": for logs and plans.
   std::string describe() const;
 };

@@ -326,8 +326,7 @@ bool search_goodput(TuneState& s, const QualityRun& b, const QualityRun& b2,
     g.why = concat("the search stopped after ", g.branches.size(), " batches (",
                    s.left_s() > 0 ? "its limit" : "the budget", ")");
   why << "; no batch on the goodput curve passed: " << g.why;
-  g.chosen = g.b0;
-  g.predicted_speedup = g.gain = g.lr_multiplier = 1;
+  g.keep_user_batch();
   return false;
 }
 

@@ -83,8 +83,7 @@ TrialOutcome TuneState::fresh(const RunConfig& c, const std::string& stage) {
   record(stage, "measure", c, t);
   // Too short to time: measured again, long enough (the first run told how long a step is).
   const int64_t longer =
-      t.fits ? steps_for_timed(o.min_timed_s, sps(t), c.train.batch_size * std::max(1, c.world_size),
-                               req.steps - req.warmup_steps)
+      t.fits ? steps_for_timed(o.min_timed_s, sps(t), c.global_batch(), req.steps - req.warmup_steps)
              : 0;
   if (longer > req.steps) {
     check_stop();
