@@ -158,7 +158,7 @@ def main():
             print(f"  goodput: {g['why']}")
         for b in g.get("guard_branches") or []:
             print(f"  guard: batch {b['batch_size']}{' (up)' if b.get('searched_up') else ''}"
-                  f" {'accepted' if b['accepted'] else 'rejected'}, efficiency predicted "
+                  f" {'accepted' if b['accepted'] else 'slower, not taken' if b.get('slower') else 'rejected'}, efficiency predicted "
                   f"{fmt(b['predicted_efficiency'], 2)} measured "
                   f"{fmt(b['measured_efficiency'], 2)}{' (diverged)' if b['diverged'] else ''}, "
                   f"φ after {fmt(b['phi_after'])}")

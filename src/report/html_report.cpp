@@ -269,7 +269,7 @@ constexpr const char* kScript = R"JS(
           fmt(b.measured_efficiency, 2);
       var then = b.phi_after === null ? '' : '; φ then credited ' + fmt(b.phi_after, 0);
       gt.appendChild(el('p', 'Guard: batch ' + b.batch_size + (b.searched_up ? ' (up the curve)' : '') +
-          ', ' + b.samples + ' samples at equal time: ' + (b.accepted ? 'accepted' : 'rejected') +
+          ', ' + b.samples + ' samples at equal time: ' + (b.accepted ? 'accepted' : b.slower ? 'passed on quality, but measured slower to it than your batch' : 'rejected') +
           '; efficiency predicted ' + fmt(b.predicted_efficiency, 2) + ', measured ' + measured + then + '.'));
     });
     if (g.curve && g.curve.length > 1) {

@@ -489,6 +489,7 @@ json goodput_to_json(const GoodputChoice& g) {
                         {"searched_up", b.searched_up},
                         {"diverged", b.diverged},
                         {"accepted", b.accepted},
+                        {"slower", b.slower},
                         {"phi_after", finite_or_null(b.phi_after)}});
   json noise = noise_scale_to_json(g.noise);
   noise["kind"] = g.noise_kind;

@@ -42,6 +42,10 @@ struct GoodputBranch {
   double measured_efficiency = std::numeric_limits<double>::quiet_NaN();
   bool diverged = false;  ///< non-finite, or no progress past the reference's first steps
   bool accepted = false;
+  /// Passed on quality at equal time, but its measured efficiency times its samples/s over the
+  /// user's batch's is below 1: it reaches the reference's quality later than the user's batch
+  /// at the same settings would, so it is not taken (accepted is false).
+  bool slower = false;
   /// Tried because the accepted batch below it measured more efficiency than predicted.
   bool searched_up = false;
   double phi_after = 0;   ///< the φ credited when choosing the next branch

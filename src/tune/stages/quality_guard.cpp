@@ -59,9 +59,6 @@ std::vector<RunConfig> candidates_for(const TuneState& s, const RunConfig& ref) 
   return out;
 }
 
-// A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
-// is judged against the reference at equal wall time, with the samples its measured throughput
-// buys in the reference's time (at most 8×). Any other candidate: `samples`.
 // Batch `batch`'s measured samples/s over the user's batch's on goodput's curve (0: either
 // was not measured).
 double throughput_ratio(const GoodputChoice& g, int64_t batch) {
@@ -72,6 +69,10 @@ double throughput_ratio(const GoodputChoice& g, int64_t batch) {
   }
   return x0 > 0 ? x / x0 : 0;
 }
+
+// A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
+// is judged against the reference at equal wall time, with the samples its measured throughput
+// buys in the reference's time (at most 8×). Any other candidate: `samples`.
 
 int64_t equal_time_samples(const GoodputChoice& g, const RunConfig& c, int64_t samples) {
   if (!g.usable || c.train.batch_size <= g.b0 || c.train.accumulate != 1) return samples;
@@ -249,6 +250,27 @@ double measured_speedup(const GoodputChoice& g, const GoodputBranch& br) {
   return std::isfinite(v) ? v : 0;
 }
 
+// A batch that passed on quality at equal time can still be slower to it than the user's batch
+// at the same settings: equal-time quality saturates near the end of a run, and the reference
+// there is the user's configuration, which the plan's precision and layout may have made
+// slower. When its measured efficiency times its samples/s over the user's batch's is below 1,
+// it is not taken: the branch is marked slower, and φ is corrected down by what it measured.
+bool slower_than_user_batch(const GoodputChoice& g, GoodputBranch& br, std::ostringstream& why) {
+  if (!br.accepted || !std::isfinite(br.measured_efficiency)) return false;
+  if (!(throughput_ratio(g, br.batch) > 0)) return false;
+  const double v = measured_speedup(g, br);
+  if (v >= 1.0) return false;
+  br.accepted = false;
+  br.slower = true;
+  const auto b0 = static_cast<double>(g.b0), batch = static_cast<double>(br.batch);
+  br.phi_after = std::min(g.phi_used, phi_from_efficiency(br.measured_efficiency, b0, batch));
+  why << "; but at that efficiency and " << format_fixed(throughput_ratio(g, br.batch), 2)
+      << "× the samples/s of batch " << g.b0 << " it reaches the quality "
+      << format_fixed(v, 2) << "× as fast as batch " << g.b0
+      << " at these settings: not taken, φ corrected to " << format_fixed(br.phi_after, 0);
+  return true;
+}
+
 // After batch c was accepted with more efficiency than predicted: the larger batch the
 // corrected φ predicts faster is trained at equal time too, and replaces c (and its run j)
 // when it also passes and its measured speed-up is at least c's. Needs the reference's run
@@ -304,7 +326,8 @@ bool search_goodput(TuneState& s, const QualityRun& b, const QualityRun& b2,
   for (int i = 0; i < kGoodputMaxBranches && s.left_s() > 0; ++i) {
     Judged j = judge_one(s, c, b, tol, samples, why);
     g.branches.push_back(measure_branch(g, c, j, b, b2, why));
-    if (j.verdict.accepted()) {
+    slower_than_user_batch(g, g.branches.back(), why);
+    if (g.branches.back().accepted) {
       if (i + 1 < kGoodputMaxBranches) search_up(s, first, b, b2, tol, samples, why, c, j);
       if (c.train.batch_size != first.train.batch_size) {
         const GoodputBranch& f = g.branches.front();
@@ -325,7 +348,7 @@ bool search_goodput(TuneState& s, const QualityRun& b, const QualityRun& b2,
   if (g.chosen > g.b0)
     g.why = concat("the search stopped after ", g.branches.size(), " batches (",
                    s.left_s() > 0 ? "its limit" : "the budget", ")");
-  why << "; no batch on the goodput curve passed: " << g.why;
+  why << "; no batch on the goodput curve passed and paid: " << g.why;
   g.keep_user_batch();
   return false;
 }

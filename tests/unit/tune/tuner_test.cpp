@@ -902,6 +902,47 @@ TEST(Tuner, Issue35_TheGuardGoesUpTheCurveWhenTheRunLearnedMoreThanPredicted) {
       << k.quality.why;
 }
 
+// The probe over-states φ (4000 where the runs follow 50) and quality at equal time saturates:
+// goodput's batch passes the equal-time quality check while it reaches that quality later than
+// batch 64 would (bf16 on a real CPU did this: the reference is the user's slower fp32 run).
+// Its measured efficiency times its samples/s ratio shows it; it is not taken.
+TEST(Tuner, Issue35_ABatchThatPassesOnQualityButIsSlowerToItIsNotTaken) {
+  SimulatedProfile steep = gpu_like();
+  steep.half_batch = 256;
+  steep.per_sample_bytes = 4LL << 20;
+  SimulatedDevice dev(steep, 38);
+  const double truth = 50;
+  NoisyGradients runner(dev, /*phi=*/4000, truth);
+  TuneOptions o = options();
+  o.precisions = {};
+  o.quality_samples = 100000;  // both runs end near the metric's ceiling
+  const Plan p = tune(runner, user(64), o);
+  ASSERT_TRUE(p.goodput.usable) << p.goodput.why;
+  ASSERT_FALSE(p.goodput.branches.empty()) << p.quality.why;
+  const GoodputBranch& first = p.goodput.branches[0];
+  ASSERT_GT(first.batch, 64);
+  // The bad case: at equal time its metric is within the tolerance of the user's batch's...
+  EXPECT_GE(runner.metric(first.batch, first.samples),
+            runner.metric(64, runner.samples_by_batch[64]) - o.quality_tolerance);
+  // ...though at the truth it is slower to any quality: E × samples/s ratio below 1.
+  const auto x = [&p](int64_t b) {
+    for (const GoodputPoint& g : p.goodput.curve)
+      if (g.batch == b) return g.samples_per_s;
+    return 0.0;
+  };
+  const auto e = [truth](double b) { return (truth + 64) / (truth + b); };
+  EXPECT_LT(e(static_cast<double>(first.batch)) * x(first.batch) / x(64), 1.0);
+  EXPECT_TRUE(first.slower) << p.quality.why;
+  EXPECT_FALSE(first.accepted) << p.quality.why;
+  EXPECT_LT(first.phi_after, 4000) << p.quality.why;
+  EXPECT_NE(p.quality.why.find("not taken, φ corrected to"), std::string::npos) << p.quality.why;
+  // What the plan keeps pays at the truth (or is the user's batch).
+  const int64_t kept = p.config.train.batch_size;
+  EXPECT_LT(kept, first.batch) << p.quality.why;
+  EXPECT_GE(e(static_cast<double>(kept)) * x(kept) / x(64), kept == 64 ? 1.0 : 0.95)
+      << p.quality.why;
+}
+
 namespace {
 
 // A machine that speeds up over the tune, as a shared VM's neighbours quiet down: each trial
