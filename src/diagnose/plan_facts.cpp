@@ -17,16 +17,14 @@ void add_plan_facts(RunFacts& facts, const Plan& plan, int64_t memory_limit_byte
   tuned_step.other_ms = ph.other_ms;
   tuned_step.step_ms = ph.step_ms;
   facts.steps = {tuned_step};
-  double fp32_sps = 0, bf16_sps = 0, fp16_sps = 0;
+  // A reduced precision the tune's precision stage measured is not suggested again: the plan
+  // holds its verdict (slower, not faster beyond noise in two reverse-order rounds, or taken).
   for (const PlanTrial& t : plan.trials) {
     if (t.stage == "input_pipeline") facts.workers_measured = std::max(facts.workers_measured, t.config.workers);
-    if ((t.stage != "precision" && t.stage != "baseline") || !t.fits) continue;
-    const Precision p = t.config.train.precision;
-    double& slot = p == Precision::kBf16 ? bf16_sps : p == Precision::kFp16 ? fp16_sps : fp32_sps;
-    slot = std::max(slot, t.samples_per_s);
+    if (t.stage != "precision" || !t.fits) continue;
+    if (t.config.train.precision == Precision::kBf16) facts.bf16_fast = false;
+    if (t.config.train.precision == Precision::kFp16) facts.fp16_fast = false;
   }
-  if (fp32_sps > 0 && bf16_sps > 0 && bf16_sps <= fp32_sps) facts.bf16_fast = false;
-  if (fp32_sps > 0 && fp16_sps > 0 && fp16_sps <= fp32_sps) facts.fp16_fast = false;
   const RunConfig& c = plan.config;
   facts.precision = to_string(c.train.precision);
   facts.batch_size = c.train.batch_size;

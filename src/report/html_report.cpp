@@ -120,6 +120,30 @@ json plan_input(const json& plan, const std::string& path) {
   return in;
 }
 
+// steps.jsonl's evaluation and target lines; false for any other line.
+bool read_eval_or_target(const json& j, const std::string& path, int64_t n, json& in,
+                         json& evals) {
+  if (j.value("type", std::string()) == "target") {  // --target: reached or not, and when
+    SATURATE_CHECK(j.contains("metric") && j["metric"].is_string() && j.contains("reached") &&
+                       j["reached"].is_boolean(),
+                   "report: ", path, ": line ", n,
+                   ": a target record needs a 'metric' name and 'reached' true or false");
+    in["target"] = j;
+    return true;
+  }
+  if (j.value("type", std::string()) == "eval") {
+    // Validation (or test) metrics every --eval-every steps and at the end.
+    for (const char* key : {"step", "value"})
+      SATURATE_CHECK(j.contains(key) && j[key].is_number(), "report: ", path, ": line ", n,
+                     ": an evaluation record needs a number '", key, "'");
+    SATURATE_CHECK(j.contains("metric") && j["metric"].is_string(), "report: ", path,
+                   ": line ", n, ": an evaluation record needs a 'metric' name");
+    evals.push_back({{"step", j["step"]}, {"metric", j["metric"]}, {"value", j["value"]}});
+    return true;
+  }
+  return false;
+}
+
 // A run's steps.jsonl: per-step phases, loss and samples/s over the run.
 json run_input(std::istream& lines, const std::string& path) {
   json in;
@@ -145,16 +169,7 @@ json run_input(std::istream& lines, const std::string& path) {
       context.erase("type");
       continue;
     }
-    if (j.value("type", std::string()) == "eval") {
-      // Validation (or test) metrics every --eval-every steps and at the end.
-      for (const char* key : {"step", "value"})
-        SATURATE_CHECK(j.contains(key) && j[key].is_number(), "report: ", path, ": line ", n,
-                       ": an evaluation record needs a number '", key, "'");
-      SATURATE_CHECK(j.contains("metric") && j["metric"].is_string(), "report: ", path,
-                     ": line ", n, ": an evaluation record needs a 'metric' name");
-      evals.push_back({{"step", j["step"]}, {"metric", j["metric"]}, {"value", j["value"]}});
-      continue;
-    }
+    if (read_eval_or_target(j, path, n, in, evals)) continue;
     if (j.value("type", std::string()) != "step") continue;
     for (const char* key : {"step", "step_ms", "loss"})
       SATURATE_CHECK(j.contains(key) && j[key].is_number(), "report: ", path, ": line ", n,
@@ -299,12 +314,18 @@ constexpr const char* kScript = R"JS(
     return (u[0] === 1 || Math.abs(x - Math.round(x)) < 0.05 ? Math.round(x) : x.toFixed(1)) + u[1];
   };
   var xn = function (label) { return { label: { text: label, position: 'outer-center' }, tick: { count: 7, fit: false, format: short } }; };
-  // A batch-size axis: ticks at the batches measured, at most 8 of them.
+  // A batch-size axis on a log scale (x is log2 of the batch: a search spans 1 to tens of
+  // thousands, and on a linear axis every batch near the user's lands on one pixel). Ticks at
+  // powers of two, every k-th doubling so that at most 9 show.
+  var lb = function (b) { return Math.log(b) / Math.LN2; };
   var xb = function (batches) {
-    var u = batches.filter(function (b, i, a) { return a.indexOf(b) === i; }).sort(function (a, b) { return a - b; });
-    var step = Math.ceil(u.length / 8);
-    return { label: { text: 'batch size', position: 'outer-center' },
-             tick: { values: u.filter(function (_, i) { return i % step === 0 || i === u.length - 1; }), fit: false, format: short } };
+    var u = batches.filter(function (b) { return b > 0; });
+    var lo = Math.floor(lb(Math.min.apply(null, u.length ? u : [1])));
+    var hi = Math.ceil(lb(Math.max.apply(null, u.length ? u : [2])));
+    var k = Math.max(1, Math.ceil((hi - lo + 1) / 9)), ticks = [];
+    for (var x = lo; x <= hi; x += k) ticks.push(x);
+    return { label: { text: 'batch size (log scale)', position: 'outer-center' },
+             tick: { values: ticks, fit: false, format: function (v) { return short(Math.round(Math.pow(2, v))); } } };
   };
   function smooth(v, w) {  // trailing mean over w values
     var out = [], sum = 0;
@@ -361,23 +382,23 @@ constexpr const char* kScript = R"JS(
       var fit = data.trials.filter(function (t) { return key(t) === k && t.fits && t.samples_per_s > 0; });
       fit.sort(function (a, b) { return a.batch_size - b.batch_size; });
       if (fit.length) {
-        xs[k] = 'x' + i; cols.push(['x' + i].concat(fit.map(function (t) { return t.batch_size; })));
+        xs[k] = 'x' + i; cols.push(['x' + i].concat(fit.map(function (t) { return lb(t.batch_size); })));
         cols.push([k].concat(fit.map(function (t) { return t.samples_per_s; })));
       }
       var mem = data.trials.filter(function (t) { return key(t) === k && t.fits && t.peak_memory_bytes > 0; });
       mem.sort(function (a, b) { return a.batch_size - b.batch_size; });
       if (mem.length) {
-        memxs[k] = 'm' + i; memcols.push(['m' + i].concat(mem.map(function (t) { return t.batch_size; })));
+        memxs[k] = 'm' + i; memcols.push(['m' + i].concat(mem.map(function (t) { return lb(t.batch_size); })));
         memcols.push([k].concat(mem.map(function (t) { return +mib(t.peak_memory_bytes); })));
       }
     });
     var ooms = data.trials.filter(function (t) { return !t.fits; });
     if (ooms.length) {
       memxs['out of memory'] = 'oom_x';
-      memcols.push(['oom_x'].concat(ooms.map(function (t) { return t.batch_size; })));
+      memcols.push(['oom_x'].concat(ooms.map(function (t) { return lb(t.batch_size); })));
       memcols.push(['out of memory'].concat(ooms.map(function () { return limit ? +mib(limit) : 0; })));
     }
-    var chosenLine = { x: { lines: [{ value: chosen, text: 'plan: ' + chosen, position: 'start' }] } };
+    var chosenLine = { x: { lines: [{ value: lb(chosen), text: 'plan: ' + chosen, position: 'start' }] } };
     var measured = data.trials.filter(function (t) { return t.fits; }).map(function (t) { return t.batch_size; });
     chart('chart-throughput', {
       data: { xs: xs, columns: cols, type: 'scatter' },
@@ -445,9 +466,16 @@ constexpr const char* kScript = R"JS(
     (data.evals || []).forEach(function (e) { lastEval[e.metric] = e.value; });
     var evalText = Object.keys(lastEval).map(function (m) { return m + ' ' + (/accuracy/.test(m) ? fmt(100 * lastEval[m], 2) + '%' : fmt(lastEval[m], 4)); }).join(', ');
     var c = data.context || {};
-    headline([(c.model ? c.model + ' on ' + c.data + ': ' : '') + steps.length + ' steps, ' + total + ' samples, median ' + fmt(median) + ' samples/s',
-              'Final training loss ' + fmt(lastLoss, 4) + ' (mean of the last ' + tail.length + (tail.length === 1 ? ' step)' : ' steps)') +
-              (evalText ? '; last evaluation: ' + evalText : '')]);
+    var lines = [(c.model ? c.model + ' on ' + c.data + ': ' : '') + steps.length + ' steps, ' + total + ' samples, median ' + fmt(median) + ' samples/s'];
+    var tg = data.target;
+    if (tg) {  // --target: the time to it leads
+      var goal = tg.metric + (/loss/.test(tg.metric) ? ' ≤ ' : ' ≥ ') + fmt(tg.value, 4);
+      lines.push(tg.reached ? 'Target ' + goal + ' reached at step ' + tg.step + ': ' + tg.samples + ' samples, ' +
+                 fmt(tg.train_s, 2) + ' s of training (' + fmt(tg.seen, 4) + ' seen)' : 'Target ' + goal + ' not reached');
+    }
+    lines.push('Final training loss ' + fmt(lastLoss, 4) + ' (mean of the last ' + tail.length + (tail.length === 1 ? ' step)' : ' steps)') +
+               (evalText ? '; last evaluation: ' + evalText : ''));
+    headline(lines);
     var ph = ['data_wait_ms', 'host_to_device_ms', 'forward_ms', 'backward_ms', 'optimizer_ms', 'other_ms'];
     var w = Math.max(1, Math.round(steps.length / 100));
     // Warm-up steps (allocation, first kernels) left out: they would set the scale.
@@ -473,12 +501,16 @@ constexpr const char* kScript = R"JS(
       cols.push([m].concat(pts.map(function (p) { return p.value; })));
       xs[m] = 'x_' + m;
     });
+    // --target: a line at its value, on the chart that holds its metric.
+    var goalLine = function (loss) {
+      return tg && /loss/.test(tg.metric) === loss ? { y: { lines: [{ value: tg.value, text: 'target ' + tg.metric + ' ' + fmt(tg.value, 4) }] } } : {};
+    };
     chart('chart-loss', {
       data: { xs: lossXs, columns: lossCols }, point: { show: false },
-      axis: { x: xn('training samples seen'), y: y0('loss') }
+      axis: { x: xn('training samples seen'), y: y0('loss') }, grid: goalLine(true)
     });
     if (evalCols.length) {
-      chart('chart-eval', { data: { xs: evalXs, columns: evalCols },
+      chart('chart-eval', { data: { xs: evalXs, columns: evalCols }, grid: goalLine(false),
                             axis: { x: xn('training samples seen'), y: y0('metric') } });
     } else {
       var ce = document.getElementById('chart-eval');
@@ -498,7 +530,7 @@ constexpr const char* kStyle = R"CSS(
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; } td, th { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
-.chart { height: 320px; } .grid2 { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
+.chart { height: 320px; }
 .finding { padding: 6px 10px; margin: 6px 0; border-left: 4px solid #999; background: #fafafa; }
 .finding.critical { border-color: #d62728; } .finding.warning { border-color: #ff7f0e; } .finding.info { border-color: #1f77b4; }
 .evidence { color: #666; font-size: 12px; } #errors { color: #d62728; white-space: pre; }
@@ -581,8 +613,7 @@ std::string html_report(const json& input, const ReportAssets& assets) {
     << "<div id=\"plan-only\"><h2>Stages</h2><table><thead><tr><th>stage</th><th>samples/s "
        "before</th><th>after</th><th></th><th>why</th></tr></thead><tbody id=\"stages\"></tbody>"
        "</table><div id=\"chart-stages\" class=\"chart\"></div>\n"
-    << "<div class=\"grid2\"><div><h2>Memory vs batch size</h2><div id=\"chart-memory\" "
-       "class=\"chart\"></div></div></div></div>\n"
+    << "<h2>Memory vs batch size</h2><div id=\"chart-memory\" class=\"chart\"></div></div>\n"
     << "<h2>Throughput</h2><div id=\"chart-throughput\" class=\"chart\"></div>\n"
     << "<h2>Step breakdown</h2><div id=\"chart-breakdown\" class=\"chart\"></div>\n"
     << "<h2>Loss</h2><div id=\"chart-loss\" class=\"chart\"></div>\n"

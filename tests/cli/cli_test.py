@@ -2416,6 +2416,25 @@ def case_issue35_train_stops_at_its_target(tmp):
         fail(f"the first evaluation at the target is not where it stopped: {hits[:1]} vs {t}")
     if "reached at step" not in out:
         fail(f"the table does not say when the target was reached:\n{out}")
+    # The sinks carry it: steps.jsonl's target line, TensorBoard's scalars, and the run report
+    # leads with it.
+    with open(os.path.join(logdir, "steps.jsonl")) as f:
+        lines = [json.loads(l) for l in f if '"type":"target"' in l]
+    if len(lines) != 1 or not lines[0]["reached"] or lines[0]["step"] != t["steps"] or \
+            lines[0]["samples"] != t["samples"] or lines[0]["metric"] != "val_accuracy":
+        fail(f"steps.jsonl's target line: {lines} vs the summary's {t}")
+    events = [n for n in os.listdir(logdir) if n.startswith("events.out.tfevents")]
+    if not events or b"eval/target_samples" not in open(os.path.join(logdir, events[0]), "rb").read():
+        fail(f"TensorBoard has no eval/target_samples in {events}")
+    html = os.path.join(tmp, "run.html")
+    code, rout, err = run("report", logdir, "--html", html)
+    if code != 0:
+        fail(f"report of the run: exit {code}\n{err}")
+    dom = open_in_browser(tmp, html, 4, os.path.join(tmp, "run.png"))
+    head = re.search(r'<div id="headline">(.*?)</div>', dom, re.S).group(1)
+    want = f"Target val_accuracy ≥ 0.9500 reached at step {t['steps']}: {t['samples']} samples"
+    if want not in head:
+        fail(f"the run report's headline lacks '{want}': {head}")
     # compare puts two runs' times to the same target side by side.
     path2 = os.path.join(tmp, "s2.json")
     code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "400",

@@ -156,6 +156,7 @@ int run_train(const std::vector<std::string>& args) {
   sinks.describe_run(run_context(recipe.probe, dp.device.str()), rf.model, rf.data, opts);
   TrainReport r;
   r.summary = fit(trainer, loader, input.splits, sinks, dp);
+  if (dp.env.rank == 0) sinks.record_target(opts, r.summary);
   sinks.finish(dp.group.get());
   r.options = opts;
   r.model = model->name();

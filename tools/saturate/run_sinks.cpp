@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "saturate/telemetry/file_sinks.h"
+#include "saturate/telemetry/tensorboard_writer.h"
 
 namespace saturate::cli {
 
@@ -33,6 +34,25 @@ void RunSinks::describe_run(nlohmann::json context, const std::string& model,
   context["optimizer"] = to_string(o.optimizer);
   context["lr"] = o.lr;
   files->jsonl->write_record(context);
+}
+
+void RunSinks::record_target(const TrainOptions& o, const TrainSummary& s) {
+  if (o.target_metric.empty() || !files) return;
+  if (files->jsonl) {
+    nlohmann::json t = {{"type", "target"}, {"metric", o.target_metric},
+                        {"value", o.target_value}, {"reached", s.target_reached}};
+    if (s.target_reached) {
+      t["step"] = s.target_steps;
+      t["samples"] = s.target_samples;
+      t["train_s"] = s.target_train_s;
+      t["seen"] = s.target_seen;
+    }
+    files->jsonl->write_record(t);
+  }
+  if (files->tensorboard && s.target_reached) {
+    files->tensorboard->on_eval(s.target_steps, "target_samples", static_cast<double>(s.target_samples));
+    files->tensorboard->on_eval(s.target_steps, "target_train_s", s.target_train_s);
+  }
 }
 
 void RunSinks::finish(DistGroup* group) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every rule with a profile that fires it and one just the other side of its threshold.
 #include "saturate/diagnose/diagnose.h"
+#include "saturate/diagnose/plan_facts.h"
 
 #include "saturate/core/error.h"
 
@@ -205,6 +206,33 @@ TEST(Diagnose, MemoryNearLimit) {
   f.memory_limit_bytes = 0;  // unknown limit
   f.peak_memory_bytes = 90LL << 30;
   EXPECT_FALSE(find(diagnose(f), "memory-near-limit").has_value());
+}
+
+// A tune whose precision stage tried bf16 and kept fp32: bf16's first reading was the higher
+// one (72.2k against 71.4k), its second the lower. The plan's findings must not then tell the
+// user to try bf16; a plan whose tune never measured it still does.
+TEST(Diagnose, Issue36_APlanThatMeasuredBf16DoesNotSuggestIt) {
+  Plan plan;
+  plan.config.train.precision = Precision::kFp32;
+  const auto trial = [](const char* stage, Precision p, double sps) {
+    PlanTrial t;
+    t.stage = stage;
+    t.config.train.precision = p;
+    t.fits = true;
+    t.samples_per_s = sps;
+    return t;
+  };
+  plan.trials = {trial("baseline", Precision::kFp32, 69409), trial("precision", Precision::kBf16, 72181),
+                 trial("precision", Precision::kBf16, 69458), trial("precision", Precision::kFp32, 71398)};
+  RunFacts f = healthy_gpu();
+  f.bf16_fast = true;  // the hardware flag says it is fast
+  add_plan_facts(f, plan, 0);
+  EXPECT_FALSE(find(diagnose(f), "precision-unused").has_value());
+  RunFacts g = healthy_gpu();
+  g.bf16_fast = true;
+  plan.trials.resize(1);  // --precisions none: never measured
+  add_plan_facts(g, plan, 0);
+  EXPECT_TRUE(find(diagnose(g), "precision-unused").has_value());
 }
 
 TEST(Diagnose, PrecisionUnused) {
