@@ -20,6 +20,7 @@ ConsoleProgress::ConsoleProgress(std::ostream& out, bool is_tty, std::string lab
 void ConsoleProgress::on_begin(int64_t total_steps) {
   total_ = total_steps;
   steps_ = 0;
+  batch_ = 0;
   last_printed_decile_ = -1;
   drawn_ = false;
   loss_ema_ = samples_per_s_ = window_samples_ = window_ms_ = 0.0;
@@ -58,6 +59,15 @@ void ConsoleProgress::on_step(const StepRecord& r) {
     if (total_ > 0) eta_s_ = step_s * static_cast<double>(total_ - steps_);
   }
   draw(false);
+}
+
+void ConsoleProgress::on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                                      const std::string& why) {
+  const int64_t before = batch_ > 0 ? batch_ : batch / 2;
+  batch_ = batch;
+  if (total_ <= 0 || before <= 0 || batch <= 0 || steps_ >= total_) return;
+  const int64_t left = total_ - steps_;  // in steps of `before`
+  total_ = steps_ + (left * before + batch - 1) / batch;
 }
 
 void ConsoleProgress::on_end() {

@@ -2484,7 +2484,7 @@ def case_issue35_adaptive_batch(tmp):
     trace = os.path.join(tmp, "trace.json")
     code, out, err = run("train", "--config", grows, "--adaptive-batch", "--steps", "400",
                          "--no-eval", "--summary-json", path, "--logdir", logdir,
-                         "--trace", trace, "-q")
+                         "--trace", trace)
     if code != 0:
         fail(f"train --adaptive-batch: exit {code}\n{err}")
     s = json.load(open(path))
@@ -2494,6 +2494,10 @@ def case_issue35_adaptive_batch(tmp):
     c = changes[0]
     if s["samples"] != 400 * 64 or s["steps"] != c["step"] + (400 - c["step"]) // 2:
         fail(f"the run's length in samples: {s['samples']} samples in {s['steps']} steps, {c}")
+    # The progress bar's total follows: it ends full, not at the starting batch's 400 steps.
+    bars = re.findall(r"\] (\d+)/(\d+) ", out + err)
+    if not bars or bars[-1] != (str(s["steps"]), str(s["steps"])):
+        fail(f"the progress ends at {bars[-1:]}, expected {s['steps']}/{s['steps']}")
     if not (c["lr_multiplier"] >= 1.0 and c["predicted_speedup"] >= 1.05):
         fail(f"the change's rule: {c}")
     with open(os.path.join(logdir, "steps.jsonl")) as f:

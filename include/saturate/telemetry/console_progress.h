@@ -26,6 +26,10 @@ class ConsoleProgress : public TelemetrySink {
   void set_label(std::string label) { label_ = std::move(label); }
   void on_begin(int64_t total_steps) override;
   void on_step(const StepRecord& record) override;
+  /// --adaptive-batch: the run's length is in samples, so once each step takes `batch` (the
+  /// rule only doubles it) the steps left shrink in proportion, and so does the bar's total.
+  void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
+                       const std::string& why) override;
   void on_end() override;
 
   /// The text of the progress line for a state (exposed for tests).
@@ -42,6 +46,7 @@ class ConsoleProgress : public TelemetrySink {
   bool transient_;
   int64_t total_ = 0;
   int64_t steps_ = 0;
+  int64_t batch_ = 0;  ///< per step since the last batch change (0: none yet)
   int64_t last_printed_decile_ = -1;
   double loss_ema_ = 0.0;
   double samples_per_s_ = 0.0;

@@ -31,6 +31,29 @@ TEST(ConsoleProgress, PrintsAboutTenLinesWhenNotATerminal) {
   EXPECT_EQ(text.find('\r'), std::string::npos);
 }
 
+// --adaptive-batch doubles the batch after 40 of 100 steps: the 60 steps' worth of samples left
+// take 30 steps, and the bar ends full at 70/70 (not at 70/100 with an ETA for steps that never
+// come).
+TEST(ConsoleProgress, Issue35_TheTotalFollowsTheAdaptiveBatch) {
+  std::ostringstream out;
+  ConsoleProgress p(out, /*is_tty=*/false);
+  p.on_begin(100);
+  StepRecord r;
+  r.samples = 64;
+  r.step_ms = 1.0;
+  for (int i = 0; i < 40; ++i) p.on_step(r);
+  p.on_batch_change(40, 128, 1.4, "why");
+  r.samples = 128;
+  for (int i = 0; i < 20; ++i) p.on_step(r);
+  p.on_batch_change(60, 256, 2.0, "why");  // 10 steps of 128 left: 5 of 256
+  r.samples = 256;
+  for (int i = 0; i < 5; ++i) p.on_step(r);
+  p.on_end();
+  const std::string text = out.str();
+  const std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);
+  EXPECT_NE(last.find("[########################] 65/65"), std::string::npos) << text;
+}
+
 TEST(ConsoleProgress, RedrawsInPlaceOnATerminal) {
   std::ostringstream out;
   ConsoleProgress p(out, /*is_tty=*/true, "train", /*min_interval_ms=*/0.0);
