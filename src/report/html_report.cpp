@@ -470,7 +470,7 @@ constexpr const char* kScript = R"JS(
     var tg = data.target;
     if (tg) {  // --target: the time to it leads
       var goal = tg.metric + (/loss/.test(tg.metric) ? ' ≤ ' : ' ≥ ') + fmt(tg.value, 4);
-      lines.push(tg.reached ? 'Target ' + goal + ' reached at step ' + tg.step + ': ' + tg.samples + ' samples, ' +
+      lines.push(tg.reached ? 'Target ' + goal + ' reached at step ' + tg.steps + ': ' + tg.samples + ' samples, ' +
                  fmt(tg.train_s, 2) + ' s of training (' + fmt(tg.seen, 4) + ' seen)' : 'Target ' + goal + ' not reached');
     }
     lines.push('Final training loss ' + fmt(lastLoss, 4) + ' (mean of the last ' + tail.length + (tail.length === 1 ? ' step)' : ' steps)') +

@@ -71,14 +71,7 @@ void add_results(const TrainReport& r, json& j) {
   j["last_checkpoint"] = s.last_checkpoint;
   j["divergence"] = divergence_to_json(s.divergence);
   j["phases_ms"] = phases_json(s.phases);
-  if (!r.options.target_metric.empty())
-    j["target"] = {{"metric", r.options.target_metric},
-                   {"value", r.options.target_value},
-                   {"reached", s.target_reached},
-                   {"steps", s.target_reached ? json(s.target_steps) : json(nullptr)},
-                   {"samples", s.target_reached ? json(s.target_samples) : json(nullptr)},
-                   {"train_s", s.target_reached ? json(s.target_train_s) : json(nullptr)},
-                   {"seen", nan_to_null(s.target_seen)}};
+  if (!r.options.target_metric.empty()) j["target"] = target_to_json(r.options, s);
   j["gns"] = noise_scale_to_json(s.noise);
   if (s.noise_precond.steps > 0) j["gns"]["preconditioned"] = noise_scale_to_json(s.noise_precond);
   if (r.options.adaptive_batch) {
@@ -120,6 +113,16 @@ json divergence_to_json(const std::optional<Divergence>& d) {
           {"loss_scale", d->loss_scale},
           {"lr", d->lr},
           {"grad_norms", norms}};
+}
+
+json target_to_json(const TrainOptions& o, const TrainSummary& s) {
+  return {{"metric", o.target_metric},
+          {"value", o.target_value},
+          {"reached", s.target_reached},
+          {"steps", s.target_reached ? json(s.target_steps) : json(nullptr)},
+          {"samples", s.target_reached ? json(s.target_samples) : json(nullptr)},
+          {"train_s", s.target_reached ? json(s.target_train_s) : json(nullptr)},
+          {"seen", nan_to_null(s.target_seen)}};
 }
 
 json train_report_to_json(const TrainReport& r) {

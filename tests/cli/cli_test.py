@@ -2420,7 +2420,7 @@ def case_issue35_train_stops_at_its_target(tmp):
     # leads with it.
     with open(os.path.join(logdir, "steps.jsonl")) as f:
         lines = [json.loads(l) for l in f if '"type":"target"' in l]
-    if len(lines) != 1 or not lines[0]["reached"] or lines[0]["step"] != t["steps"] or \
+    if len(lines) != 1 or not lines[0]["reached"] or lines[0]["steps"] != t["steps"] or \
             lines[0]["samples"] != t["samples"] or lines[0]["metric"] != "val_accuracy":
         fail(f"steps.jsonl's target line: {lines} vs the summary's {t}")
     events = [n for n in os.listdir(logdir) if n.startswith("events.out.tfevents")]

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <utility>
 
+#include "saturate/report/train_report.h"
 #include "saturate/telemetry/file_sinks.h"
 #include "saturate/telemetry/tensorboard_writer.h"
 
@@ -39,14 +40,8 @@ void RunSinks::describe_run(nlohmann::json context, const std::string& model,
 void RunSinks::record_target(const TrainOptions& o, const TrainSummary& s) {
   if (o.target_metric.empty() || !files) return;
   if (files->jsonl) {
-    nlohmann::json t = {{"type", "target"}, {"metric", o.target_metric},
-                        {"value", o.target_value}, {"reached", s.target_reached}};
-    if (s.target_reached) {
-      t["step"] = s.target_steps;
-      t["samples"] = s.target_samples;
-      t["train_s"] = s.target_train_s;
-      t["seen"] = s.target_seen;
-    }
+    nlohmann::json t = target_to_json(o, s);  // as the summary's "target"
+    t["type"] = "target";
     files->jsonl->write_record(t);
   }
   if (files->tensorboard && s.target_reached) {

@@ -25,8 +25,8 @@ struct RunSinks {
   /// software and the run's model, data and main settings, for the report's Context table.
   void describe_run(nlohmann::json context, const std::string& model, const std::string& data,
                     const TrainOptions& o);
-  /// With a --target: steps.jsonl's {"type":"target",...} line (reached or not, at which step,
-  /// after how many samples and seconds of training) and, when reached, TensorBoard's
+  /// With a --target: steps.jsonl's {"type":"target",...} line (the summary's "target": reached
+  /// or not, after how many steps, samples and seconds of training) and, when reached, TensorBoard's
   /// eval/target_samples and eval/target_train_s at that step. The report's headline leads with it.
   void record_target(const TrainOptions& o, const TrainSummary& s);
   TelemetrySink* sink() { return sampled ? static_cast<TelemetrySink*>(&*sampled) : &all; }

@@ -50,6 +50,9 @@ std::string describe_noise_scale(const NoiseScaleEstimate& estimate);
 
 /// The divergence diagnosis as JSON (null when none); non-finite numbers are null.
 nlohmann::json divergence_to_json(const std::optional<Divergence>& divergence);
+/// A --target's outcome: {"metric","value","reached","steps","samples","train_s","seen"}, the
+/// last four null when it was not reached. The summary's "target" and steps.jsonl's target line.
+nlohmann::json target_to_json(const TrainOptions& options, const TrainSummary& summary);
 
 /// "saturate train: MODEL on DATA, DEVICE, N threads" and one row per figure: steps, samples/s,
 /// step time by phase, precision, memory, loss scale (fp16), train time, resume, checkpoint,

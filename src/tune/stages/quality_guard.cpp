@@ -73,7 +73,6 @@ double throughput_ratio(const GoodputChoice& g, int64_t batch) {
 // A batch taken by goodput claims to reach a quality sooner in time, not in fewer samples: it
 // is judged against the reference at equal wall time, with the samples its measured throughput
 // buys in the reference's time (at most 8×). Any other candidate: `samples`.
-
 int64_t equal_time_samples(const GoodputChoice& g, const RunConfig& c, int64_t samples) {
   if (!g.usable || c.train.batch_size <= g.b0 || c.train.accumulate != 1) return samples;
   const double ratio = throughput_ratio(g, c.train.batch_size);
@@ -256,15 +255,15 @@ double measured_speedup(const GoodputChoice& g, const GoodputBranch& br) {
 // slower. When its measured efficiency times its samples/s over the user's batch's is below 1,
 // it is not taken: the branch is marked slower, and φ is corrected down by what it measured.
 bool slower_than_user_batch(const GoodputChoice& g, GoodputBranch& br, std::ostringstream& why) {
-  if (!br.accepted || !std::isfinite(br.measured_efficiency)) return false;
-  if (!(throughput_ratio(g, br.batch) > 0)) return false;
+  const double ratio = throughput_ratio(g, br.batch);
+  if (!br.accepted || !std::isfinite(br.measured_efficiency) || !(ratio > 0)) return false;
   const double v = measured_speedup(g, br);
   if (v >= 1.0) return false;
   br.accepted = false;
   br.slower = true;
   const auto b0 = static_cast<double>(g.b0), batch = static_cast<double>(br.batch);
   br.phi_after = std::min(g.phi_used, phi_from_efficiency(br.measured_efficiency, b0, batch));
-  why << "; but at that efficiency and " << format_fixed(throughput_ratio(g, br.batch), 2)
+  why << "; but at that efficiency and " << format_fixed(ratio, 2)
       << "× the samples/s of batch " << g.b0 << " it reaches the quality "
       << format_fixed(v, 2) << "× as fast as batch " << g.b0
       << " at these settings: not taken, φ corrected to " << format_fixed(br.phi_after, 0);

@@ -6,6 +6,17 @@
 #include <gtest/gtest.h>
 
 namespace saturate {
+namespace {
+
+// `n` steps of `samples` samples, 1 ms each.
+void run_steps(ConsoleProgress& p, int n, int64_t samples) {
+  StepRecord r;
+  r.samples = samples;
+  r.step_ms = 1.0;
+  for (int i = 0; i < n; ++i) p.on_step(r);
+}
+
+}  // namespace
 
 TEST(ConsoleProgress, FormatsBarLossThroughputAndEta) {
   EXPECT_EQ(ConsoleProgress::format_line("train", 5, 10, 0.25, 1234.4, 12.0, 10),
@@ -18,10 +29,7 @@ TEST(ConsoleProgress, PrintsAboutTenLinesWhenNotATerminal) {
   std::ostringstream out;
   ConsoleProgress p(out, /*is_tty=*/false);
   p.on_begin(100);
-  StepRecord r;
-  r.samples = 8;
-  r.step_ms = 1.0;
-  for (int i = 0; i < 100; ++i) p.on_step(r);
+  run_steps(p, 100, 8);
   p.on_end();
   const std::string text = out.str();
   const auto lines = std::count(text.begin(), text.end(), '\n');
@@ -31,23 +39,18 @@ TEST(ConsoleProgress, PrintsAboutTenLinesWhenNotATerminal) {
   EXPECT_EQ(text.find('\r'), std::string::npos);
 }
 
-// --adaptive-batch doubles the batch after 40 of 100 steps: the 60 steps' worth of samples left
-// take 30 steps, and the bar ends full at 70/70 (not at 70/100 with an ETA for steps that never
-// come).
+// --adaptive-batch doubles the batch after 40 of 100 steps (the 60 steps' worth of samples
+// left take 30 steps: total 70), then again after 20 more (10 steps of 128 left: 5 of 256). The
+// bar ends full at 65/65, not at 65/100 with an ETA for steps that never come.
 TEST(ConsoleProgress, Issue35_TheTotalFollowsTheAdaptiveBatch) {
   std::ostringstream out;
   ConsoleProgress p(out, /*is_tty=*/false);
   p.on_begin(100);
-  StepRecord r;
-  r.samples = 64;
-  r.step_ms = 1.0;
-  for (int i = 0; i < 40; ++i) p.on_step(r);
+  run_steps(p, 40, 64);
   p.on_batch_change(40, 128, 1.4, "why");
-  r.samples = 128;
-  for (int i = 0; i < 20; ++i) p.on_step(r);
-  p.on_batch_change(60, 256, 2.0, "why");  // 10 steps of 128 left: 5 of 256
-  r.samples = 256;
-  for (int i = 0; i < 5; ++i) p.on_step(r);
+  run_steps(p, 20, 128);
+  p.on_batch_change(60, 256, 2.0, "why");
+  run_steps(p, 5, 256);
   p.on_end();
   const std::string text = out.str();
   const std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);
@@ -58,10 +61,7 @@ TEST(ConsoleProgress, RedrawsInPlaceOnATerminal) {
   std::ostringstream out;
   ConsoleProgress p(out, /*is_tty=*/true, "train", /*min_interval_ms=*/0.0);
   p.on_begin(3);
-  StepRecord r;
-  r.samples = 1;
-  r.step_ms = 1.0;
-  for (int i = 0; i < 3; ++i) p.on_step(r);
+  run_steps(p, 3, 1);
   p.on_end();
   const std::string text = out.str();
   EXPECT_NE(text.find('\r'), std::string::npos);
