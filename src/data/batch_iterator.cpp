@@ -44,13 +44,16 @@ BatchIterator::BatchIterator(const TensorDataset& data, BatchIteratorOptions opt
                  "data: normalize_mean must be finite, got ", options_.normalize_mean);
   SATURATE_CHECK(inputs_.defined() && targets_.defined(), "data: dataset '", data.name,
                  "' has no tensors (was it loaded?)");
-  SATURATE_CHECK(inputs_.scalar_type() == at::kByte && inputs_.dim() >= 2, "data: dataset '",
-                 data.name, "': inputs must be uint8 [N, ...], got ", inputs_.scalar_type(), " ",
-                 inputs_.sizes());
-  SATURATE_CHECK(targets_.scalar_type() == at::kLong && targets_.dim() == 1 &&
+  // Token windows: int64 [N, T] ids with int64 [N, T] next-token targets.
+  tokens_ = inputs_.scalar_type() == at::kLong && inputs_.dim() == 2;
+  SATURATE_CHECK(tokens_ || (inputs_.scalar_type() == at::kByte && inputs_.dim() >= 2),
+                 "data: dataset '", data.name, "': inputs must be uint8 [N, ...] or int64 [N, T] ",
+                 "tokens, got ", inputs_.scalar_type(), " ", inputs_.sizes());
+  SATURATE_CHECK(targets_.scalar_type() == at::kLong &&
+                     (tokens_ ? targets_.sizes() == inputs_.sizes() : targets_.dim() == 1) &&
                      targets_.size(0) == inputs_.size(0),
                  "data: dataset '", data.name, "': targets must be int64 [", inputs_.size(0),
-                 "], got ", targets_.scalar_type(), " ", targets_.sizes());
+                 tokens_ ? ", T]" : "]", ", got ", targets_.scalar_type(), " ", targets_.sizes());
   start_epoch(0);
 }
 
@@ -91,12 +94,16 @@ std::optional<Batch> BatchIterator::next() {
 
   Batch batch;
   batch.size = size;
+  batch.targets = targets_.index_select(0, index);
+  if (tokens_) {
+    batch.inputs = inputs_.index_select(0, index);
+    return batch;
+  }
   batch.inputs = inputs_.index_select(0, index)
                      .to(torch::kFloat32)
                      .div_(255.0)
                      .sub_(options_.normalize_mean)
                      .div_(options_.normalize_std);
-  batch.targets = targets_.index_select(0, index);
   return batch;
 }
 

@@ -105,12 +105,22 @@ Loader::Loader(const SampleSource& source, LoaderOptions options)
   SATURATE_CHECK(std::isfinite(t.mean) && std::isfinite(t.std) && t.std > 0,
                  "loader: normalisation needs a finite mean and a positive std");
   const std::vector<int64_t> shape = source_.sample_shape();
-  SATURATE_CHECK(shape.size() == 3, "loader: ", source_.describe(), " does not give C×H×W samples");
+  tokens_ = source_.is_token_source();
+  if (tokens_) {
+    SATURATE_CHECK(shape.size() == 1 && shape[0] >= 1, "loader: ", source_.describe(),
+                   " does not give token windows");
+    SATURATE_CHECK(t.crop == 0 && t.pad == 0 && !t.flip,
+                   "loader: --crop, --pad and --flip are for images, not text");
+  }
+  SATURATE_CHECK(tokens_ || shape.size() == 3, "loader: ", source_.describe(),
+                 " does not give C×H×W samples");
   SATURATE_CHECK(t.pad >= 0, "loader: crop padding must not be negative");
   SATURATE_CHECK(t.crop >= 0 && t.crop <= std::min(shape[1], shape[2]) + 2 * t.pad,
-                 "loader: crop ", t.crop, " is larger than the padded ", shape[1] + 2 * t.pad, "x",
-                 shape[2] + 2 * t.pad, " images of ", source_.describe());
-  if (o_.cache_bytes >= source_.sample_bytes()) {
+                 "loader: crop ", t.crop, " is larger than the padded ",
+                 tokens_ ? 0 : shape[1] + 2 * t.pad, "x", tokens_ ? 0 : shape[2] + 2 * t.pad,
+                 " images of ", source_.describe());
+  // Token windows come from a memory-mapped cache already: nothing to keep.
+  if (!tokens_ && o_.cache_bytes >= source_.sample_bytes()) {
     const int64_t capacity = std::min(source_.size(), o_.cache_bytes / source_.sample_bytes());
     cache_ = std::make_unique<Cache>(capacity, source_.sample_bytes());
   }
@@ -121,10 +131,14 @@ Loader::Loader(const SampleSource& source, LoaderOptions options)
   const std::vector<int64_t> out = output_shape();
   for (int i = 0; i < ahead + 1; ++i) {
     auto slot = std::make_unique<Slot>();
-    slot->inputs = at::empty({o_.batch_size, out[0], out[1], out[2]},
-                             at::TensorOptions().dtype(at::kFloat).pinned_memory(pin));
-    slot->targets =
-        at::empty({o_.batch_size}, at::TensorOptions().dtype(at::kLong).pinned_memory(pin));
+    const auto options = at::TensorOptions().pinned_memory(pin);
+    if (tokens_) {  // token ids in, next-token ids out: int64 [B, T] both
+      slot->inputs = at::empty({o_.batch_size, out[0]}, options.dtype(at::kLong));
+      slot->targets = at::empty({o_.batch_size, out[0]}, options.dtype(at::kLong));
+    } else {
+      slot->inputs = at::empty({o_.batch_size, out[0], out[1], out[2]}, options.dtype(at::kFloat));
+      slot->targets = at::empty({o_.batch_size}, options.dtype(at::kLong));
+    }
     slots_.push_back(std::move(slot));
   }
   if (o_.cuda_device >= 0)
@@ -145,7 +159,7 @@ Loader::~Loader() {
 
 std::vector<int64_t> Loader::output_shape() const {
   const std::vector<int64_t> s = source_.sample_shape();
-  if (o_.transform.crop > 0) return {s[0], o_.transform.crop, o_.transform.crop};
+  if (!tokens_ && o_.transform.crop > 0) return {s[0], o_.transform.crop, o_.transform.crop};
   return s;
 }
 
@@ -266,6 +280,42 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
   }();
   const int64_t begin = k * o_.batch_size;
   const int64_t size = std::min<int64_t>(o_.batch_size, static_cast<int64_t>(order_.size()) - begin);
+  if (tokens_) {
+    fill_tokens(slot, begin, size, epoch, generation);
+  } else {
+    fill_images(slot, begin, size, epoch, generation);
+  }
+  slot.size = size;
+  samples_.fetch_add(size, std::memory_order_relaxed);
+  busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count(),
+                     std::memory_order_relaxed);
+}
+
+// Per-sample randomness from (seed, epoch, index): the same whichever worker runs it.
+uint64_t Loader::sample_draw(int64_t epoch, int64_t index) const {
+  return splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003ULL +
+                                         static_cast<uint64_t>(index)));
+}
+
+void Loader::check_current(int64_t generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stop_ || generation != generation_) throw Abandoned{};
+}
+
+void Loader::fill_tokens(Slot& slot, int64_t begin, int64_t size, int64_t epoch,
+                         int64_t generation) {
+  const int64_t T = source_.sample_shape()[0];
+  int64_t* x = slot.inputs.data_ptr<int64_t>();
+  int64_t* y = slot.targets.data_ptr<int64_t>();
+  for (int64_t j = 0; j < size; ++j) {
+    if (j % 16 == 0) check_current(generation);
+    const int64_t index = order_[static_cast<size_t>(begin + j)];
+    source_.read_tokens(index, sample_draw(epoch, index), x + j * T, y + j * T);
+  }
+}
+
+void Loader::fill_images(Slot& slot, int64_t begin, int64_t size, int64_t epoch,
+                         int64_t generation) {
   const std::vector<int64_t> in = source_.sample_shape();
   const std::vector<int64_t> out = output_shape();
   const int64_t C = in[0], H = in[1], W = in[2], OH = out[1], OW = out[2];
@@ -279,10 +329,7 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
   int64_t* labels = slot.targets.data_ptr<int64_t>();
   int64_t hits = 0;  // counted once the batch is whole: abandoned work is not in the stats
   for (int64_t j = 0; j < size; ++j) {
-    if (j % 16 == 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stop_ || generation != generation_) throw Abandoned{};
-    }
+    if (j % 16 == 0) check_current(generation);
     const int64_t index = order_[static_cast<size_t>(begin + j)];
     int64_t label = 0;
     try {
@@ -308,10 +355,7 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
         label = source_.read(index, pixels.data());
         src = pixels.data();
       }
-      // Per-sample randomness from (seed, epoch, index): the same whichever worker runs it.
-      const uint64_t r = splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003ULL +
-                                                         static_cast<uint64_t>(index)));
-      transform_sample(src, dst + j * C * OH * OW, shape, t, r);
+      transform_sample(src, dst + j * C * OH * OW, shape, t, sample_draw(epoch, index));
     } catch (const Abandoned&) {
       throw;
     } catch (const std::exception& e) {
@@ -319,11 +363,7 @@ void Loader::fill(Slot& slot, int64_t k, int64_t epoch) {
     }
     labels[j] = label;
   }
-  slot.size = size;
-  samples_.fetch_add(size, std::memory_order_relaxed);
   cache_hits_.fetch_add(hits, std::memory_order_relaxed);
-  busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count(),
-                     std::memory_order_relaxed);
 }
 
 std::optional<Batch> Loader::next() {

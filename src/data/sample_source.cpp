@@ -18,6 +18,10 @@ int64_t SampleSource::sample_bytes() const {
   return n;
 }
 
+void SampleSource::read_tokens(int64_t, uint64_t, int64_t*, int64_t*) const {
+  SATURATE_ASSERT(false, describe(), " holds images, not tokens");
+}
+
 namespace {
 
 class TensorSource final : public SampleSource {

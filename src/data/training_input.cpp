@@ -44,6 +44,36 @@ void centre_crop(TensorDataset& d, int64_t h, int64_t w, int64_t crop) {
   x = x.narrow(2, (x.size(2) - h) / 2, h).narrow(3, (x.size(3) - w) / 2, w).contiguous();
 }
 
+// "text:PATH": random training windows from the head of the token stream, the validation
+// split tiling its tail.
+TrainingInput open_text_input(const InputOptions& options, int cuda_device) {
+  SATURATE_CHECK(options.crop == 0 && options.pad == 0 && !options.flip,
+                 "--crop, --pad and --flip are for images, not ", options.data_spec);
+  SATURATE_CHECK(options.seq_len >= 0, "--seq-len must be positive, got ", options.seq_len);
+  TrainingInput in;
+  in.options = options;
+  in.corpus = open_token_corpus(parse_text_spec(options.data_spec), token_cache_dir());
+  const TokenCorpus& c = *in.corpus;
+  const int64_t t = options.seq_len > 0 ? options.seq_len : 128;
+  const double val = options.val_fraction > 0 ? options.val_fraction : 0.1;
+  const int64_t end = c.train_end(val);
+  SATURATE_CHECK(end >= t + 1, "data: ", c.describe(), ": its training part (", end,
+                 " tokens) is shorter than one window of --seq-len ", t, " plus its target");
+  SATURATE_CHECK(c.size() - end >= t + 1, "data: ", c.describe(), ": the held-out tail (",
+                 c.size() - end, " tokens, --val-fraction ", val,
+                 ") is shorter than one validation window of --seq-len ", t, " plus its target");
+  in.all = make_token_window_source(in.corpus, 0, c.size(), t);
+  in.source = make_token_window_source(in.corpus, 0, end, t);
+  in.splits.validation = token_windows_in_memory(c, end, c.size(), t, "validation");
+  in.splits.description = c.describe();
+  in.num_classes = c.vocab_size();
+  in.streamed = true;
+  in.sample_shape = {t};
+  in.loader.pin_memory = cuda_device >= 0;
+  in.loader.cuda_device = cuda_device;
+  return in;
+}
+
 }  // namespace
 
 std::unique_ptr<SampleSource> make_subset_source(const SampleSource& inner,
@@ -86,6 +116,9 @@ TrainingInput open_training_input(const InputOptions& options, int cuda_device) 
   SATURATE_CHECK(options.pad == 0 || options.crop > 0, "--pad needs --crop");
   SATURATE_CHECK(options.val_fraction >= 0 && options.val_fraction < 0.5,
                  "--val-fraction must be in [0, 0.5), got ", options.val_fraction);
+  if (is_text_spec(options.data_spec)) return open_text_input(options, cuda_device);
+  SATURATE_CHECK(options.seq_len == 0, "--seq-len is for text data (text:PATH), not ",
+                 options.data_spec);
   TrainingInput in;
   in.options = options;
   const std::string& spec = options.data_spec;

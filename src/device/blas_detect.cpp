@@ -215,18 +215,23 @@ BlasInfo detect_blas() {
   return info;
 }
 
-double measure_gemm_gflops(int n, int repeats, c10::ScalarType dtype) {
+double measure_gemm_gflops(int n, int repeats, c10::ScalarType dtype, const c10::Device& device) {
   SATURATE_CHECK(n >= 1 && repeats >= 1, "device: GEMM benchmark needs n >= 1 and repeats >= 1, ",
                  "got n=", n, ", repeats=", repeats);
   torch::NoGradGuard no_grad;
-  const auto a = torch::rand({n, n}).to(dtype);
-  const auto b = torch::rand({n, n}).to(dtype);
-  auto c = torch::empty({n, n}, torch::TensorOptions().dtype(dtype));
+  const auto a = torch::rand({n, n}).to(device, dtype);
+  const auto b = torch::rand({n, n}).to(device, dtype);
+  auto c = torch::empty({n, n}, torch::TensorOptions().dtype(dtype).device(device));
+  auto wait = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
   torch::mm_out(c, a, b);  // warm-up: thread pool start, BLAS dispatch, page faults
+  wait();
   std::vector<double> seconds;
   for (int r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
     torch::mm_out(c, a, b);
+    wait();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     seconds.push_back(std::max(elapsed.count(), 1e-9));
   }

@@ -235,6 +235,22 @@ void precision_unused(const RunFacts& f, std::vector<Finding>& out) {
                             " (`saturate tune` checks the loss and validation still hold)")));
 }
 
+// SDPA's math kernel materialises the T×T attention scores in memory and runs them as plain
+// matmuls and a softmax; the fused kernels (flash, memory-efficient, cuDNN) do not.
+void attention_math(const RunFacts& f, std::vector<Finding>& out) {
+  if (f.attention_kernel != "math") return;
+  out.push_back(make(
+      "attention-math", Severity::kWarning,
+      concat("attention falls back to SDPA's math kernel on ", f.device, " (", f.precision,
+             "), which stores every T×T score matrix"),
+      {},
+      on_gpu(f) ? "the flash kernel needs fp16 or bf16 (--precision bf16) on an sm80+ GPU and "
+                  "head sizes up to 256; the memory-efficient one takes fp32 but no attention "
+                  "dropout above 0 on older builds: try --precision bf16 or dropout=0"
+                : "the CPU flash kernel takes no attention dropout: set the model's dropout=0 "
+                  "(e.g. gpt-mini:dropout=0) or use more data instead of dropout"));
+}
+
 void pageable_copies(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t,
                      std::vector<Finding>& out) {
   if (!on_gpu(f) || s.steps == 0 || s.host_to_device <= t.copy_share_pct) return;
@@ -417,6 +433,7 @@ std::vector<Finding> diagnose(const RunFacts& facts, const DiagnoseThresholds& t
   small_batch(facts, shares, thresholds, out);
   memory_near_limit(facts, thresholds, out);
   precision_unused(facts, out);
+  attention_math(facts, out);
   pageable_copies(facts, shares, thresholds, out);
   cpu_bound_environment(facts, thresholds, out);
   throttling(facts, out);

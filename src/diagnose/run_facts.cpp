@@ -43,6 +43,7 @@ RunFacts profile_facts(const Profile& p) {
   facts.workers = p.workers;
   if (p.memory_limit_bytes > 0) facts.memory_limit_bytes = p.memory_limit_bytes;
   facts.peak_memory_bytes = p.peak_memory_bytes;
+  facts.attention_kernel = p.attention_kernel;
   facts.gpu_util_pct = p.device_samples.gpu_util_pct;
   facts.cpu_util_pct = p.device_samples.cpu_util_pct;
   facts.throttle_reasons = p.device_samples.throttle_reasons;

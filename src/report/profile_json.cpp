@@ -78,6 +78,12 @@ json profile_to_json(const Profile& p, const std::vector<Finding>& findings) {
   j["gns"] = noise_scale_to_json(p.noise);
   if (p.noise_precond.steps > 0) j["gns"]["preconditioned"] = noise_scale_to_json(p.noise_precond);
   j["train_flops_per_sample"] = p.train_flops_per_sample;
+  if (p.tokens_per_sample > 0) {
+    j["tokens_per_sample"] = p.tokens_per_sample;
+    j["tokens_per_s"] = p.throughput.samples_per_s * static_cast<double>(p.tokens_per_sample);
+    j["train_flops_per_token"] = p.train_flops_per_sample / static_cast<double>(p.tokens_per_sample);
+  }
+  if (!p.attention_kernel.empty()) j["attention_kernel"] = p.attention_kernel;
   j["achieved_flops_per_s"] = p.achieved_flops_per_s;
   j["mfu_pct"] = std::isnan(p.mfu_pct) ? json() : json(p.mfu_pct);
   j["mfu_peak_gflops"] = positive_or_null(p.mfu_peak_flops / 1e9);

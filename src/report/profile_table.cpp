@@ -69,8 +69,11 @@ void write_ranks(std::ostream& out, const Profile& p) {
 
 void write_compute(std::ostream& out, const Profile& p) {
   out << "  compute       " << format_fixed(p.train_flops_per_sample / 1e6, 1)
-      << " MFLOP/sample (3x forward), " << format_fixed(p.achieved_flops_per_s / 1e9, 1)
-      << " GFLOP/s";
+      << " MFLOP/sample (3x forward";
+  if (p.tokens_per_sample > 0)
+    out << "; " << format_fixed(p.train_flops_per_sample / static_cast<double>(p.tokens_per_sample) / 1e6, 2)
+        << " MFLOP/token by PaLM's 6N + 12·L·H·Q·T";
+  out << "), " << format_fixed(p.achieved_flops_per_s / 1e9, 1) << " GFLOP/s";
   if (!std::isnan(p.mfu_pct))
     out << ", " << format_fixed(p.mfu_pct, 1) << "% of the measured " << p.mfu_peak_precision
         << " GEMM peak (" << format_fixed(p.mfu_peak_flops / 1e9, 1) << " GFLOP/s)";
@@ -119,6 +122,12 @@ void write_profile_table(std::ostream& out, const Profile& p,
   out << "  samples/s     " << format_fixed(p.throughput.samples_per_s, 1) << " (median of "
       << p.throughput.windows << " windows of " << p.window_steps << " steps, spread "
       << format_fixed(p.throughput.spread_pct, 1) << "%)\n";
+  if (p.tokens_per_sample > 0)
+    out << "  tokens/s      "
+        << format_fixed(p.throughput.samples_per_s * static_cast<double>(p.tokens_per_sample), 0)
+        << " (" << p.tokens_per_sample << " tokens per sample"
+        << (p.attention_kernel.empty() ? "" : "; attention: SDPA's " + p.attention_kernel + " kernel")
+        << ")\n";
   out << "  step          " << format_fixed(p.phases.step_ms, 2) << " ms\n";
   write_phases(out, p);
   if (p.ranks.size() > 1) write_ranks(out, p);

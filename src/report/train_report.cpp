@@ -2,6 +2,7 @@
 #include "saturate/report/train_report.h"
 
 #include <cmath>
+#include <functional>
 #include <ostream>
 
 #include "saturate/core/strings.h"
@@ -60,6 +61,12 @@ void add_results(const TrainReport& r, json& j) {
   j["samples"] = s.samples;
   j["epochs"] = s.epochs;
   j["samples_per_s"] = s.samples_per_s;
+  if (r.tokens_per_sample > 0) {  // a language model: tokens/s, and perplexity = e^loss
+    j["tokens_per_sample"] = r.tokens_per_sample;
+    j["tokens_per_s"] = s.samples_per_s * static_cast<double>(r.tokens_per_sample);
+    j["job_tokens_per_s"] = s.samples_per_s * static_cast<double>(r.tokens_per_sample) * r.world_size;
+    j["val_perplexity"] = nan_to_null(std::exp(s.val_loss));
+  }
   j["train_wall_s"] = s.train_wall_s;
   j["final_loss"] = s.final_loss;
   j["test_accuracy"] = nan_to_null(s.test_accuracy);
@@ -86,6 +93,24 @@ void add_results(const TrainReport& r, json& j) {
                          {"predicted_speedup", c.predicted_speedup},
                          {"why", c.why}});
     j["adaptive_batch"] = {{"changes", changes}};
+  }
+}
+
+// Validation and test results; a language model's loss is per token, with its perplexity.
+void evaluation_rows(const TrainReport& r,
+                     const std::function<void(const std::string&, const std::string&)>& row) {
+  const TrainSummary& s = r.summary;
+  if (!std::isnan(s.val_accuracy) && r.tokens_per_sample > 0) {
+    row("val loss", format_fixed(s.val_loss, 4) + " per token, perplexity " +
+                        format_fixed(std::exp(s.val_loss), 2));
+    row("val accuracy", format_fixed(100.0 * s.val_accuracy, 2) + " % of next tokens");
+  } else if (!std::isnan(s.val_accuracy)) {
+    row("val accuracy", format_fixed(100.0 * s.val_accuracy, 2) + " %");
+    row("val loss", format_fixed(s.val_loss, 4));
+  }
+  if (!std::isnan(s.test_accuracy)) {
+    row("test accuracy", format_fixed(100.0 * s.test_accuracy, 2) + " %");
+    row("test loss", format_fixed(s.test_loss, 4));
   }
 }
 
@@ -164,6 +189,9 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
                                    std::to_string(world) + " ranks in step: " +
                                    format_fixed(s.samples_per_s, 1) + " on rank 0)"
                              : format_fixed(s.samples_per_s, 1) + " (steady state)");
+  if (r.tokens_per_sample > 0)
+    row("tokens/s", format_fixed(s.samples_per_s * static_cast<double>(r.tokens_per_sample) * world, 0) +
+                        " (" + std::to_string(r.tokens_per_sample) + " tokens per sample)");
   row("step time", format_fixed(s.phases.step_ms, 2) + " ms: data " +
                        format_fixed(s.phases.data_wait_ms, 2) + ", forward " +
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
@@ -189,14 +217,7 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
                         (s.final_loss_steps == 1 ? std::string("step")
                                                  : count_of(s.final_loss_steps, "step")) +
                         ")");
-  if (!std::isnan(s.val_accuracy)) {
-    row("val accuracy", format_fixed(100.0 * s.val_accuracy, 2) + " %");
-    row("val loss", format_fixed(s.val_loss, 4));
-  }
-  if (!std::isnan(s.test_accuracy)) {
-    row("test accuracy", format_fixed(100.0 * s.test_accuracy, 2) + " %");
-    row("test loss", format_fixed(s.test_loss, 4));
-  }
+  evaluation_rows(r, row);
   if (s.noise.steps > 0) {
     row("noise scale", describe_noise_scale(s.noise));
     if (s.noise_precond.steps > 0)

@@ -45,6 +45,7 @@ std::string JsonlSink::step_line(const StepRecord& r) {
   j["step"] = r.step;
   j["epoch"] = r.epoch;
   j["samples"] = r.samples;
+  if (r.tokens > 0) j["tokens"] = r.tokens;
   j["step_ms"] = r.step_ms;
   j["data_wait_ms"] = r.data_wait_ms;
   j["host_to_device_ms"] = r.host_to_device_ms;

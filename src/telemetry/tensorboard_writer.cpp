@@ -145,6 +145,8 @@ void TensorBoardSink::on_step(const StepRecord& r) {
   writer_.add_scalar("train/step_ms", r.step_ms, r.step, t);
   if (r.step_ms > 0)
     writer_.add_scalar("train/samples_per_s", r.samples / (r.step_ms / 1000.0), r.step, t);
+  if (r.step_ms > 0 && r.tokens > 0)
+    writer_.add_scalar("train/tokens_per_s", r.tokens / (r.step_ms / 1000.0), r.step, t);
   writer_.add_scalar("time/data_wait_ms", r.data_wait_ms, r.step, t);
   writer_.add_scalar("time/host_to_device_ms", r.host_to_device_ms, r.step, t);
   writer_.add_scalar("time/forward_ms", r.forward_ms, r.step, t);

@@ -202,6 +202,17 @@ std::vector<at::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
   return w;
 }
 
+// Mean cross-entropy in fp32 whatever the forward ran in: over the batch for classifiers
+// (logits [B, classes]), over every target token but padding for language models
+// (logits [B, T, vocab], targets [B, T]).
+at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& y) {
+  if (logits.dim() == 3)
+    return torch::nn::functional::cross_entropy(
+        logits.flatten(0, 1).to(at::kFloat), y.flatten(),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreTarget));
+  return torch::nn::functional::cross_entropy(logits.to(at::kFloat), y);
+}
+
 }  // namespace
 
 void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
@@ -249,7 +260,7 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
       at::Tensor logits = model_.forward(x.slice(0, begin, end));
       // The loss in fp32 whatever the forward ran in; weighted by the micro-batch's share so
       // the accumulated gradient is the mean over the whole batch.
-      loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), y.slice(0, begin, end)) *
+      loss = mean_loss(logits, y.slice(0, begin, end)) *
              (static_cast<double>(end - begin) / static_cast<double>(batch));
     } catch (const c10::OutOfMemoryError&) {
       if (options_.agree_on_oom && sync_ && sync_->world_size() > 1)
@@ -587,6 +598,8 @@ void Trainer::FitLoop::take_step(int64_t step) {
   const Batch batch = adaptive_ ? next_step_batch(r) : next_batch(r);
   timer_.mark(Phase::kDataWait);
   at::Tensor x = batch.inputs, y = batch.targets;
+  // Token windows [B, T]: the step's tokens, for tokens/s.
+  if (x.dim() == 2 && x.scalar_type() == at::kLong) r.tokens = x.numel();
   if (t_.device_.is_cuda() && !x.is_cuda()) {
     // Pinned staging lets the copy run asynchronously with respect to the host (a Loader with
     // cuda_device set has already copied the batch on its side stream).
@@ -825,6 +838,7 @@ void Trainer::FitLoop::evaluate_periodically(int64_t step) {
   if (sink_) {
     sink_->on_eval(step + 1, prefix_ + "accuracy", ev.accuracy);
     sink_->on_eval(step + 1, prefix_ + "loss", ev.loss);
+    if (ev.per_token) sink_->on_eval(step + 1, prefix_ + "perplexity", std::exp(ev.loss));
   }
   if (target_hit_) return;
   if (o.target_metric == "val_accuracy" && ev.accuracy >= o.target_value)
@@ -917,6 +931,7 @@ void Trainer::FitLoop::evaluate_at_end() {
     if (sink_) {
       sink_->on_eval(summary_.steps, name + "_accuracy", ev.accuracy);
       sink_->on_eval(summary_.steps, name + "_loss", ev.loss);
+      if (ev.per_token) sink_->on_eval(summary_.steps, name + "_perplexity", std::exp(ev.loss));
     }
   };
   if (has_val_) report(data_.validation, "val", summary_.val_accuracy, summary_.val_loss);
@@ -1058,7 +1073,8 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
     shard.targets = data.targets.index_select(0, idx);
   }
   double loss_sum = 0.0;
-  int64_t correct = 0, samples = 0;
+  int64_t correct = 0, samples = 0, units = 0;  // units: samples, or target tokens for text
+  bool per_token = false;
   {
     // Inference mode: no autograd records and no version counters, less memory than no_grad.
     c10::InferenceMode inference;
@@ -1079,28 +1095,39 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
         AutocastScope autocast(options_.precision, device_.type());
         logits = model_.forward(x).to(at::kFloat);
       }
+      // Language models: every target token counts, padding (-1) does not.
+      const bool seq = logits.dim() == 3;
+      const at::Tensor flat_logits = seq ? logits.flatten(0, 1) : logits;
+      const at::Tensor flat_y = seq ? y.flatten() : y;
+      const at::Tensor valid = flat_y.ne(kIgnoreTarget);
       loss_sum += torch::nn::functional::cross_entropy(
-                      logits, y,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      flat_logits, flat_y,
+                      torch::nn::functional::CrossEntropyFuncOptions()
+                          .reduction(torch::kSum)
+                          .ignore_index(kIgnoreTarget))
                       .item<double>();
-      correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+      correct += flat_logits.argmax(1).eq(flat_y).logical_and(valid).sum().item<int64_t>();
+      units += valid.sum().item<int64_t>();
+      per_token = seq;
       samples += batch->size;
     }
   }
   if (world > 1) {
     std::vector<double> sums = {loss_sum, static_cast<double>(correct),
-                                static_cast<double>(samples)};
+                                static_cast<double>(samples), static_cast<double>(units)};
     sync_->sum_across_ranks(sums);
     loss_sum = sums[0];
     correct = static_cast<int64_t>(std::llround(sums[1]));
     samples = static_cast<int64_t>(std::llround(sums[2]));
+    units = static_cast<int64_t>(std::llround(sums[3]));
   }
   model_.train(was_training);
   EvalResult result;
   result.samples = samples;
-  if (samples > 0) {
-    result.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
-    result.loss = loss_sum / static_cast<double>(samples);
+  result.per_token = per_token;
+  if (units > 0) {
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(units);
+    result.loss = loss_sum / static_cast<double>(units);
   }
   return result;
 }

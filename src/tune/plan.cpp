@@ -566,7 +566,11 @@ nlohmann::json to_json(const Plan& plan) {
       {"interrupted", plan.interrupted},
       {"denormals", plan.denormals},
       {"input",
-       {{"crop", plan.crop}, {"pad", plan.pad}, {"flip", plan.flip}, {"cache", plan.cache}}},
+       {{"crop", plan.crop},
+        {"pad", plan.pad},
+        {"flip", plan.flip},
+        {"seq_len", plan.seq_len},
+        {"cache", plan.cache}}},
       {"evaluation",
        {{"batch_size", plan.config.train.eval_batch_size},
         {"samples_per_s", plan.eval_samples_per_s},
@@ -614,10 +618,11 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source) {
   p.interrupted = r.boolean("interrupted", p.interrupted);
   p.denormals = r.name("denormals", p.denormals, {"flush", "keep"});
   const FieldReader in = r.object("input");
-  in.check_keys({"crop", "pad", "flip", "cache"});
+  in.check_keys({"crop", "pad", "flip", "seq_len", "cache"});
   p.crop = in.integer("crop", p.crop, 0, "a non-negative integer");
   p.pad = in.integer("pad", p.pad, 0, "a non-negative integer");
   p.flip = in.boolean("flip", p.flip);
+  p.seq_len = in.integer("seq_len", p.seq_len, 0, "a non-negative integer");
   p.cache = in.string("cache", p.cache);
   // config.eval_batch_size is what train uses; "evaluation" reports what tune measured there.
   const FieldReader ev = r.object("evaluation");

@@ -104,7 +104,7 @@ void measure_one_process(const ProfileOptions& options, ProfileJob& job, DeviceM
     const ProbeResult r = probe_once(
         [&] {
           seed_everything(opts.seed);
-          auto single = make_model(options.model, {input.sample_shape, input.num_classes});
+          auto single = make_model(options.model, model_inputs_for(input));
           Trainer t(*single, opts, job.device, &memory, nullptr);
           Loader l(*input.source, input.loader_options(opts.batch_size, opts.seed,
                                                        options.workers, options.prefetch));
@@ -137,10 +137,19 @@ void measure_compute(int64_t forward_flops_per_sample, Profile& p) {
   p.achieved_flops_per_s = p.train_flops_per_sample * p.throughput.samples_per_s;
   const bool cpu = p.device.is_cpu();
   p.gemm_peak_flops = cpu ? measure_gemm_gflops(512, 5) * 1e9 : 0.0;
-  const bool bf16_peak = p.train.precision == Precision::kBf16 && cpu;
-  p.mfu_peak_flops =
-      bf16_peak ? measure_gemm_gflops(512, 5, c10::ScalarType::BFloat16) * 1e9 : p.gemm_peak_flops;
-  p.mfu_peak_precision = bf16_peak ? "bf16" : "fp32";
+  const bool bf16_peak = p.train.precision == Precision::kBf16;
+  const bool fp16_peak = p.train.precision == Precision::kFp16 && !cpu;
+  p.mfu_peak_precision = bf16_peak ? "bf16" : fp16_peak ? "fp16" : "fp32";
+  if (cpu) {
+    p.mfu_peak_flops = bf16_peak ? measure_gemm_gflops(512, 5, c10::ScalarType::BFloat16) * 1e9
+                                 : p.gemm_peak_flops;
+  } else if (p.device.is_cuda()) {
+    // A GPU's own tensor-core GEMM in the run's matmul precision (8192², where it peaks).
+    const c10::ScalarType t = bf16_peak ? c10::ScalarType::BFloat16
+                              : fp16_peak ? c10::ScalarType::Half
+                                          : c10::ScalarType::Float;
+    p.mfu_peak_flops = measure_gemm_gflops(8192, 5, t, p.device) * 1e9;
+  }
   p.mfu_pct = p.mfu_peak_flops > 0 && p.train_flops_per_sample > 0
                   ? 100.0 * p.achieved_flops_per_s / p.mfu_peak_flops
                   : std::nan("");
@@ -173,7 +182,7 @@ Profile run_profile_job(const ProfileOptions& options, ProfileJob& job) {
   p.train.evaluate = false;
   auto memory = make_device_memory(job.device, options.memory_limit_bytes);
   seed_everything(p.train.seed);
-  auto model = make_model(options.model, {job.input.sample_shape, job.input.num_classes});
+  auto model = make_model(options.model, model_inputs_for(job.input));
   p.model = model->name();
   double train_wall_s = 0;
   train_and_sample(options, job, *model, memory.get(), p, train_wall_s);
@@ -181,6 +190,8 @@ Profile run_profile_job(const ProfileOptions& options, ProfileJob& job) {
   if (job.group && options.measure_scaling && !p.is_interrupted)
     measure_one_process(options, job, *memory, train_wall_s, p);
   if (job.dist.rank != 0) return p;  // rank 0 measures the job
+  p.tokens_per_sample = job.input.tokens_per_sample();
+  p.attention_kernel = model->attention_kernel();
   measure_compute(model->forward_flops_per_sample(), p);
   measure_host_memory(p);
   return p;

@@ -199,7 +199,7 @@ ProbeResult TorchTrialRunner::fit_fresh(const RunConfig& c, const TrainOptions& 
   const ProbeResult p = probe_once(
       [&] {
         seed_everything(o.seed);
-        model = make_model(model_spec_, {input_.sample_shape, input_.num_classes});
+        model = make_model(model_spec_, model_inputs_for(input_));
         TrainOptions run = o;
         if (group_) {
           sync = make_data_parallel(*group_);
@@ -372,6 +372,14 @@ QualityRun TorchTrialRunner::train_and_validate(const RunConfig& c, int64_t samp
   q.samples = s.samples;
   q.validation_metric = std::isnan(s.val_accuracy) ? 0.0 : s.val_accuracy;
   q.validation_loss = std::isnan(s.val_loss) ? 0.0 : s.val_loss;
+  if (input_.corpus) {
+    // A language model is judged by its validation loss per token (log-perplexity), not by
+    // next-token accuracy: negated, so that higher is better as for every metric the guard reads.
+    q.metric = "-val_loss";
+    q.metric_is_share = false;
+    q.validation_metric = std::isnan(s.val_loss) ? -std::numeric_limits<double>::infinity()
+                                                 : -s.val_loss;
+  }
   for (const StepRecord& r : sink.records()) q.losses.push_back(r.loss);
   // The mean over the last fifth of the steps: runs of different batch sizes see the same
   // samples in different numbers of steps, so a fixed step count would not compare.

@@ -142,7 +142,7 @@ int run_train(const std::vector<std::string>& args) {
   // After the data is in memory: the budget caps what training allocates, not the dataset.
   auto memory = make_device_memory(dp.device, recipe.memory_limit_bytes);
   seed_everything(opts.seed);
-  auto model = make_model(rf.model, {input.sample_shape, input.num_classes});
+  auto model = make_model(rf.model, model_inputs_for(input));
   log_start(*model, recipe, input.splits);
   Trainer trainer(*model, opts, dp.device, memory.get(), dp.sync.get());
   if (resume) trainer.restore(resume->state);
@@ -170,6 +170,7 @@ int run_train(const std::vector<std::string>& args) {
   r.memory_limit_bytes = recipe.memory_limit_bytes;
   r.loader = loader.stats();
   r.val_samples = input.splits.validation.size();
+  r.tokens_per_sample = input.tokens_per_sample();
   r.is_terminated = g_terminated.load();
   return report(r, f, checkpoints, /*reports=*/dp.env.rank == 0);
 }

@@ -109,6 +109,8 @@ void add_input_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
                  "random SIZE x SIZE crop of each training sample (evaluation: the centre)");
   app.add_option("--pad", f.pad, "zero pixels added to each side before --crop");
   app.add_flag("--flip", f.flip, "random horizontal flips of training samples");
+  app.add_option("--seq-len", f.seq_len,
+                 "text data (--data text:PATH): tokens per training window (default 128)");
   app.add_option("--val-fraction", f.val_fraction,
                  use == RecipeUse::kTune
                      ? "share of the training data held out (seeded) to judge every change"
@@ -184,6 +186,7 @@ void describe_recipe(Plan& plan, const RecipeFlags& rf, const Recipe& recipe, in
   plan.crop = rf.crop;
   plan.pad = rf.pad;
   plan.flip = rf.flip;
+  plan.seq_len = rf.seq_len;
   plan.cache = rf.cache;
   plan.denormals = rf.denormals;
   plan.quality.val_fraction = rf.val_fraction;
@@ -218,6 +221,7 @@ void apply_plan(const Plan& plan, const CLI::App& app, RecipeFlags& f, int world
   if (!given("--crop")) f.crop = plan.crop;
   if (!given("--pad")) f.pad = plan.pad;
   if (!given("--flip")) f.flip = plan.flip;
+  if (!given("--seq-len")) f.seq_len = plan.seq_len;
   if (!given("--cache")) f.cache = plan.cache;
   if (!given("--val-fraction")) f.val_fraction = plan.quality.val_fraction;
   ReplayRequest req;
@@ -260,6 +264,7 @@ Recipe resolve_recipe(const RecipeFlags& f, const char* command) {
   r.input.crop = f.crop;
   r.input.pad = f.pad;
   r.input.flip = f.flip;
+  r.input.seq_len = f.seq_len;
   r.input.val_fraction = f.val_fraction;
   r.input.val_seed = f.train.seed;
   const DeviceSpec spec = DeviceSpec::parse(f.device);

@@ -48,6 +48,7 @@ struct RecipeFlags {
   int prefetch = 2;
   int64_t crop = 0, pad = 0;
   bool flip = false;
+  int64_t seq_len = 0;  ///< text data: tokens per window (0: 128)
   bool no_noise_scale = false;  ///< --no-noise-scale (TrainOptions::noise_scale)
   double val_fraction = 0;
   TrainOptions train;

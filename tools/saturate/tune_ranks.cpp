@@ -78,7 +78,7 @@ void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& inpu
   ri.cores = usable_cores();
   ri.max_ranks = max_ranks > 0 ? max_ranks : ri.cores;
   {
-    auto m = make_model(model, {input.sample_shape, input.num_classes});
+    auto m = make_model(model, model_inputs_for(input));
     ri.model_has_buffers = m->state_tensors().size() > m->parameters().size();
   }
   ri.budget_left_s = budget_s > 0 ? std::max(0.0, budget_s - plan.tune_wall_s) : -1.0;

@@ -38,8 +38,9 @@ class BatchIterator : public BatchSource {
  public:
   /// Keeps its own handles to the dataset's tensors (no copy of the data; `data` may go away).
   /// Starts at epoch 0. Throws saturate::Error when batch_size <= 0, normalize_std is not a
-  /// positive finite number, normalize_mean is not finite, or `data` is not uint8 [N, ...]
-  /// inputs with int64 [N] targets.
+  /// positive finite number, normalize_mean is not finite, or `data` is neither uint8 [N, ...]
+  /// inputs with int64 [N] targets nor int64 [N, T] token windows with int64 [N, T] targets
+  /// (which pass through unnormalised).
   BatchIterator(const TensorDataset& data, BatchIteratorOptions options);
 
   /// Rewinds to the start of `epoch` (>= 0). With shuffle, the order is a fixed function of
@@ -57,6 +58,7 @@ class BatchIterator : public BatchSource {
  private:
   at::Tensor inputs_;
   at::Tensor targets_;
+  bool tokens_ = false;  // int64 [N, T] token windows, passed through unnormalised
   BatchIteratorOptions options_;
   std::vector<int64_t> order_;
   int64_t epoch_ = 0;

@@ -96,7 +96,7 @@ class Loader : public BatchSource {
 
   /// Samples of this shard per epoch.
   int64_t samples_per_epoch() const { return static_cast<int64_t>(order_.size()); }
-  /// {C, H, W} of the batches (after cropping).
+  /// {C, H, W} of the batches (after cropping); {T} for token windows.
   std::vector<int64_t> output_shape() const;
   LoaderStats stats() const;
   const LoaderOptions& options() const { return o_; }
@@ -108,10 +108,15 @@ class Loader : public BatchSource {
   struct Cache;
   void worker_loop();
   void fill(Slot& slot, int64_t batch, int64_t epoch);
+  void fill_images(Slot& slot, int64_t begin, int64_t size, int64_t epoch, int64_t generation);
+  void fill_tokens(Slot& slot, int64_t begin, int64_t size, int64_t epoch, int64_t generation);
+  uint64_t sample_draw(int64_t epoch, int64_t index) const;
+  void check_current(int64_t generation);  // throws when the fill's epoch is gone
   void stop_workers_activity();
 
   const SampleSource& source_;
   LoaderOptions o_;
+  bool tokens_ = false;  // text: int64 [B, T] token windows and next-token targets
   std::vector<int64_t> order_;  // this epoch's sample indices for this shard
   int64_t epoch_ = 0;
   bool started_ = false;  // start_epoch has run once

@@ -33,6 +33,13 @@ class SampleSource {
   virtual int64_t read(int64_t index, uint8_t* pixels) const = 0;
   /// One line for logs: "fashion-mnist/train (60000 in memory)".
   virtual std::string describe() const = 0;
+  /// Text instead of images: each sample is a window of tokens, sample_shape() is {seq_len},
+  /// num_classes() the vocabulary, and the Loader calls read_tokens(), never read().
+  virtual bool is_token_source() const { return false; }
+  /// Writes sample `index`'s seq_len input tokens and their next-token targets. `draw` is the
+  /// Loader's per-sample random number (from its seed, the epoch and the index), so a window
+  /// does not depend on which worker reads it. Thread-safe.
+  virtual void read_tokens(int64_t index, uint64_t draw, int64_t* inputs, int64_t* targets) const;
 };
 
 /// A view of an in-memory split. It shares the split's tensors (no pixels are copied) and keeps

@@ -18,6 +18,7 @@
 #include "saturate/data/dataset.h"
 #include "saturate/data/loader.h"
 #include "saturate/data/sample_source.h"
+#include "saturate/data/text_corpus.h"
 
 namespace saturate {
 
@@ -31,6 +32,8 @@ struct InputOptions {
   /// Share of the training samples held out as the validation split, in [0, 0.5); 0: none.
   double val_fraction = 0;
   uint64_t val_seed = 0;    ///< which samples are held out
+  /// Text data: tokens per training window (0: 128). Images take none.
+  int64_t seq_len = 0;
 };
 
 struct TrainingInput {
@@ -45,6 +48,11 @@ struct TrainingInput {
   int64_t num_classes = 0;
   bool streamed = false;                 ///< training samples are read from files per batch
   InputOptions options;
+  /// Text data ("text:PATH"): the token stream. The training windows start anywhere in its
+  /// first 1 − val_fraction (0.1 when --val-fraction is 0); the validation split tiles the rest.
+  std::shared_ptr<const TokenCorpus> corpus;
+  /// Tokens per sample: the window length for text, 0 for images.
+  int64_t tokens_per_sample() const { return corpus ? sample_shape.at(0) : 0; }
 
   /// `loader` with one run's batch size, shuffle seed, workers and prefetch depth.
   LoaderOptions loader_options(int64_t batch_size, uint64_t seed, int workers,
@@ -54,8 +62,9 @@ struct TrainingInput {
 /// Opens `options.data_spec` for training on a device: `cuda_device` >= 0 pins the Loader's
 /// buffers and copies batches to that GPU on a side stream. Throws saturate::Error naming the
 /// flag for impossible options (--pad without --crop, a crop larger than the images,
-/// --val-fraction outside [0, 0.5) or leaving no training sample) and what load_dataset()
-/// throws for the spec.
+/// --val-fraction outside [0, 0.5) or leaving no training sample, --seq-len with images, a text
+/// corpus whose training part or held-out tail holds no window) and what load_dataset() or
+/// open_token_corpus() throws for the spec.
 TrainingInput open_training_input(const InputOptions& options, int cuda_device);
 
 /// A view of `indices` of `inner` (which must outlive it), renumbered 0..indices.size()-1.

@@ -80,12 +80,14 @@ BlasInfo detect_blas();
 /// reference BLAS; one in ".../openblas-*/" is OpenBLAS.
 BlasInfo classify_blas(const std::string& show_config,
                        const std::vector<std::string>& mapped_libraries);
-/// Times an n x n matmul of `dtype` (float32, bfloat16 or half) on the CPU `repeats` times
-/// (after one warm-up) and returns the median rate in GFLOP/s (2 n^3 flops per matmul). Uses the
-/// current intra-op thread count. A bf16 run's peak is the bf16 GEMM's: native (avx512_bf16,
-/// AMX) or emulated, whatever this CPU does. Throws saturate::Error when n < 1 or repeats < 1.
+/// Times an n x n matmul of `dtype` (float32, bfloat16 or half) on `device` (the CPU by default)
+/// `repeats` times (after one warm-up) and returns the median rate in GFLOP/s (2 n^3 flops per
+/// matmul). On the CPU it uses the current intra-op thread count, and a bf16 run's peak is the
+/// bf16 GEMM's: native (avx512_bf16, AMX) or emulated, whatever this CPU does; on a GPU each
+/// timing waits for the device. Throws saturate::Error when n < 1 or repeats < 1.
 double measure_gemm_gflops(int n = 512, int repeats = 5,
-                           c10::ScalarType dtype = c10::ScalarType::Float);
+                           c10::ScalarType dtype = c10::ScalarType::Float,
+                           const c10::Device& device = c10::Device(c10::kCPU));
 
 struct DeviceChoice {
   c10::Device device;

@@ -60,6 +60,8 @@ struct RunFacts {
   /// than this are only worth asking for when this is not above `workers`.
   int workers_measured = -1;
   bool pinned_memory = false;      ///< batch buffers page-locked (matters on a GPU)
+  /// The attention kernel a transformer's training ran ("flash", "math", …); empty: none.
+  std::string attention_kernel;
 
   // Device and host.
   bool gpu_present = false;        ///< a usable GPU was found, whichever device ran

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -19,11 +20,13 @@ namespace saturate {
 
 /// What a model is built for: the per-sample input shape and the number of classes.
 struct ModelInputs {
-  std::vector<int64_t> sample_shape;  ///< {C, H, W} for images, {D} for vectors
-  int64_t num_classes = 10;
+  std::vector<int64_t> sample_shape;  ///< {C, H, W} for images, {D} for vectors, {T} for text
+  int64_t num_classes = 10;           ///< the vocabulary for text
+  bool tokens = false;                ///< int64 token windows [B, T] (text:PATH data)
 };
 
-/// A classification model: forward(inputs) returns logits [B, num_classes].
+/// A classification model: forward(inputs) returns logits [B, num_classes]; a language model
+/// (gpt-mini, gpt-small) maps token windows [B, T] to next-token logits [B, T, vocab].
 /// Not thread-safe; one training thread owns it.
 class Model {
  public:
@@ -33,6 +36,9 @@ class Model {
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
   /// Trainable parameters, in a stable order (the optimizer and saved training state rely on it).
   virtual std::vector<at::Tensor> parameters() = 0;
+  /// parameters() with their names ("h.0.attn.c_attn.weight"); "param.N" where a model has
+  /// none.
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters();
   /// Every tensor of the model's state (parameters and buffers), in a stable order.
   virtual std::vector<at::Tensor> state_tensors() = 0;
   virtual void train(bool on = true) = 0;
@@ -50,13 +56,22 @@ class Model {
   virtual bool set_recompute_segments(int64_t /*segments*/) { return false; }
   /// The segment count in effect after clamping; 0 when recomputation is off.
   virtual int64_t recompute_segments() const { return 0; }
+  /// The attention kernel its last training forward ran ("flash", "efficient", "cudnn", "math");
+  /// empty for models without attention or before the first forward.
+  virtual std::string attention_kernel() const { return ""; }
 };
+
+struct TrainingInput;
+/// What a model built for `input` takes: its sample shape, classes (or vocabulary) and whether
+/// the samples are token windows.
+ModelInputs model_inputs_for(const TrainingInput& input);
 
 /// Number of scalar parameters.
 int64_t count_parameters(Model& model);
 
 /// Builds a model from a spec: a built-in name ("mlp", "fmnist-cnn", "mlp-deep",
-/// "resnet18-cifar") or a TorchScript file ("torchscript:PATH", or any PATH ending in .pt/.pth).
+/// "resnet18-cifar", "gpt-mini[:OPTIONS]", "gpt-small[:OPTIONS]") or a TorchScript file
+/// ("torchscript:PATH", or any PATH ending in .pt/.pth). Text data takes only the GPTs.
 /// Throws saturate::Error for an unknown
 /// name (with a suggestion), a missing or unreadable file, or inputs the model cannot take.
 std::unique_ptr<Model> make_model(const std::string& spec, const ModelInputs& inputs);

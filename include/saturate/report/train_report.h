@@ -37,6 +37,8 @@ struct TrainReport {
   int64_t memory_limit_bytes = 0;  ///< 0: the device's own
   LoaderStats loader;              ///< this rank's
   int64_t val_samples = 0;         ///< held out for validation
+  /// Text data: tokens per sample (the window length), for tokens/s and perplexity; 0: images.
+  int64_t tokens_per_sample = 0;
   bool is_terminated = false;      ///< SIGTERM stopped it (interrupted is set too)
 };
 

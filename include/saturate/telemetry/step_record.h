@@ -16,6 +16,7 @@ struct StepRecord {
   int64_t step = 0;     ///< 0-based optimizer step index within the run.
   int64_t epoch = 0;    ///< 0-based epoch the step's data came from.
   int64_t samples = 0;  ///< samples consumed by this step (all micro-batches).
+  int64_t tokens = 0;   ///< tokens of those samples (text: samples × window); 0 for images.
   double start_ms = 0.0;  ///< when the step began, host clock, ms since the run began.
   double data_wait_ms = 0.0;       ///< waiting for the next batch from the input pipeline.
   double host_to_device_ms = 0.0;  ///< copying the batch to the device.

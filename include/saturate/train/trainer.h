@@ -35,10 +35,14 @@ class Model;
 class PhaseTimer;
 class TelemetrySink;
 
+/// A target that no loss counts (padding in token windows).
+constexpr int64_t kIgnoreTarget = -1;
+
 struct EvalResult {
-  double accuracy = 0.0;  ///< fraction correct in [0, 1]
-  double loss = 0.0;      ///< mean cross-entropy
+  double accuracy = 0.0;  ///< fraction correct in [0, 1] (of target tokens for text)
+  double loss = 0.0;      ///< mean cross-entropy (per target token for text)
   int64_t samples = 0;
+  bool per_token = false;  ///< a language model's: accuracy and loss per target token
 };
 
 /// Why a run stopped as diverged, and what it looked like just before.

@@ -122,6 +122,7 @@ struct Plan {
   /// The recipe's input flags, so `train --config` builds the pipeline the trials measured.
   int64_t crop = 0, pad = 0;
   bool flip = false;
+  int64_t seq_len = 0;  ///< text data: tokens per window (0: images, or the default)
   std::string cache;  ///< a size such as "1GiB"; empty: none
   /// "flush" (denormals to zero, FTZ/DAZ) | "keep": the CPU float mode the trials ran under.
   std::string denormals = "flush";

@@ -134,6 +134,10 @@ struct Profile {
   std::string one_process_why;
 
   double train_flops_per_sample = 0;  ///< 3 × forward; 0 when the model does not say
+  /// Text data: tokens per sample (the window), for tokens/s and FLOPs per token; 0: images.
+  int64_t tokens_per_sample = 0;
+  /// The attention kernel the model's training forward ran ("flash", "math", …; empty: none).
+  std::string attention_kernel;
   double achieved_flops_per_s = 0;
   /// Measured fp32 GEMM rate of this machine (CPU only; 0 not measured): feeds the slow-BLAS
   /// rule.

@@ -82,8 +82,9 @@ struct QualityRun {
   int64_t samples = 0;             ///< training samples seen
   double final_loss = 0;           ///< mean training loss over the last steps
   double validation_metric = 0;    ///< validation accuracy in [0, 1]; higher is better
-  /// What validation_metric is: "val_accuracy" for the built-in runner; a program's own
-  /// evaluation (negated when lower is better) or its loss curve for --exec.
+  /// What validation_metric is: "val_accuracy" for the built-in runner ("-val_loss", the
+  /// validation loss per token negated, for text); a program's own evaluation (negated when
+  /// lower is better) or its loss curve for --exec.
   std::string metric = "val_accuracy";
   bool metric_is_share = true;     ///< a share in [0, 1], shown in percent and points
   double validation_loss = 0;      ///< mean validation cross-entropy

@@ -2,10 +2,12 @@
 // Every rule with a profile that fires it and one just the other side of its threshold.
 #include "saturate/diagnose/diagnose.h"
 #include "saturate/diagnose/plan_facts.h"
+#include "saturate/models/model.h"
 
 #include "saturate/core/error.h"
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <limits>
 #include <optional>
@@ -509,4 +511,32 @@ TEST(Diagnose, Issue35_TinyStepsAboveTheNoiseScaleDoNotJustAskForMore) {
 }
 
 }  // namespace
+}  // namespace saturate
+
+namespace saturate {
+
+// Issue 18: a real GPT's attention kernel feeds the rule. On a CPU, SDPA's flash kernel takes
+// no dropout, so gpt-mini with attention dropout trains on the math kernel and the rule says so;
+// the same model without dropout runs flash and the rule is quiet.
+TEST(Diagnose, Issue18_AttentionOnTheMathKernelIsAFinding) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "the CPU kernels are the case here";
+  auto kernel_of = [](const std::string& spec) {
+    auto m = make_model(spec, {{16}, 257, true});
+    m->train(true);
+    m->forward(torch::zeros({2, 16}, torch::kLong));
+    return m->attention_kernel();
+  };
+  const std::string with_dropout = kernel_of("gpt-mini:layers=1,width=32,heads=2,dropout=0.1");
+  const std::string without = kernel_of("gpt-mini:layers=1,width=32,heads=2");
+  ASSERT_EQ(with_dropout, "math");
+  ASSERT_EQ(without, "flash");
+  RunFacts f = healthy_cpu();
+  f.attention_kernel = with_dropout;
+  const auto finding = find(diagnose(f), "attention-math");
+  ASSERT_TRUE(finding.has_value()) << ::testing::PrintToString(rules(diagnose(f)));
+  EXPECT_NE(finding->recommendation.find("dropout=0"), std::string::npos) << finding->recommendation;
+  f.attention_kernel = without;
+  EXPECT_FALSE(find(diagnose(f), "attention-math").has_value());
+}
+
 }  // namespace saturate

@@ -571,7 +571,7 @@ class FakeRankSync : public GradientSync {
     mine = values;
     for (size_t i = 0; i < values.size() && i < other_.size(); ++i) values[i] += other_[i];
   }
-  std::vector<double> mine;  // this rank's own sums (loss, correct, samples)
+  std::vector<double> mine;  // this rank's own sums (loss, correct, samples, scored units)
 
  private:
   int rank_;
@@ -590,11 +590,12 @@ TEST(Trainer, Issue15_ShardedEvaluationAddsUpToTheWholeSplit) {
   o.eval_batch_size = 16;
   const EvalResult whole =
       Trainer(*model, o, c10::Device("cpu")).evaluate(data.test, data.normalize_mean, data.normalize_std);
-  FakeRankSync rank0(0, {0, 0, 0});
+  FakeRankSync rank0(0, {0, 0, 0, 0});
   Trainer(*model, o, c10::Device("cpu"), nullptr, &rank0)
       .evaluate(data.test, data.normalize_mean, data.normalize_std);
-  ASSERT_EQ(rank0.mine.size(), 3u);
+  ASSERT_EQ(rank0.mine.size(), 4u);
   EXPECT_EQ(rank0.mine[2], 33);
+  EXPECT_EQ(rank0.mine[3], 33) << "a classifier scores one unit per sample";
   FakeRankSync rank1(1, rank0.mine);
   const EvalResult both = Trainer(*model, o, c10::Device("cpu"), nullptr, &rank1)
                               .evaluate(data.test, data.normalize_mean, data.normalize_std);

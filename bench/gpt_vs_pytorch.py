@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Language-model training speed: `saturate train --model gpt-*` vs the same GPT in Python
+PyTorch eager (issue 18), plus tokenisation throughput and cache size.
+
+Both sides train the same model (tests/python/fixtures/gpt_torch.py mirrors src/models/gpt.cpp;
+tests/unit/models/gpt_test.cpp checks the two give the same loss for the same weights) on random
+windows of the same byte-tokenised corpus, with AdamW (lr 1e-3, weight decay 1e-4), fp32, the
+same batch, sequence length and intra-op threads, denormals flushed on both sides. Each run is a
+fresh process. Rounds interleave the two sides and alternate which goes first; the table gives
+medians of tokens/s and of the per-round ratio. Both time whole steps after `--warmup` steps
+(saturate's from its steps.jsonl).
+
+Usage (from the repository root, after `make build`):
+  ~/.cache/saturate/venv-torch-2.11.0/bin/python bench/gpt_vs_pytorch.py --corpus DIR \
+      [--saturate build/saturate] [--model gpt-mini] [--seq-len 128] [--batch 16] \
+      [--steps 60] [--warmup 10] [--rounds 3] [--threads 2]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZES = {"gpt-mini": (4, 4, 128), "gpt-small": (6, 6, 384)}
+
+
+def corpus_tokens(folder):
+    """The byte tokenizer's stream: files in name order, 256 between files (text_corpus.cpp)."""
+    files = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+    files.sort()
+    out = bytearray()
+    ids = []
+    for f in files:
+        ids.extend(open(f, "rb").read())
+        if len(files) > 1:
+            ids.append(256)
+    return ids
+
+
+def python_side(a):
+    import torch
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "python", "fixtures"))
+    from gpt_torch import GPT, loss_of
+    torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(0)
+    layers, heads, width = SIZES[a.model]
+    data = torch.tensor(corpus_tokens(a.corpus), dtype=torch.long)
+    end = int(len(data) * 0.9)
+    model = GPT(257, layers, heads, width, 256)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+    times = []
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        ix = torch.randint(0, end - a.seq_len - 1, (a.batch,))
+        x = torch.stack([data[i:i + a.seq_len] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + a.seq_len] for i in ix])
+        loss = loss_of(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - t0)
+    steady = times[a.warmup:]
+    print(json.dumps({"tokens_per_s": a.batch * a.seq_len * len(steady) / sum(steady)}))
+
+
+def saturate_side(a, tmp):
+    logdir = os.path.join(tmp, "run")
+    shutil.rmtree(logdir, ignore_errors=True)
+    cmd = [a.saturate, "train", "--model", a.model, "--data", "text:" + a.corpus,
+           "--seq-len", str(a.seq_len), "--batch-size", str(a.batch), "--steps", str(a.steps),
+           "--lr", "1e-3", "--optimizer", "adamw", "--weight-decay", "1e-4",
+           "--threads", str(a.threads), "--no-eval", "--logdir", logdir]
+    env = {**os.environ, "SATURATE_CACHE_DIR": os.path.join(tmp, "cache")}
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=1800)
+    steps = [json.loads(l) for l in open(os.path.join(logdir, "steps.jsonl"))]
+    steps = [s for s in steps if s.get("type") == "step"][a.warmup:]
+    return sum(s["tokens"] for s in steps) / (sum(s["step_ms"] for s in steps) / 1000)
+
+
+def python_run(a):
+    cmd = [sys.executable, os.path.abspath(__file__), "--python-side", "--corpus", a.corpus,
+           "--model", a.model, "--seq-len", str(a.seq_len), "--batch", str(a.batch),
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout
+    return json.loads(out.strip().splitlines()[-1])["tokens_per_s"]
+
+
+def tokenisation(a, tmp):
+    """Tokenising the corpus once (a fresh cache) and reading the cache back."""
+    rows = []
+    for tok in ["bytes", "train-spm:4096"]:
+        env = {**os.environ, "SATURATE_CACHE_DIR": os.path.join(tmp, "tokcache-" + tok[:5])}
+        shutil.rmtree(env["SATURATE_CACHE_DIR"], ignore_errors=True)
+        for attempt in ("first", "cached"):
+            t0 = time.perf_counter()
+            p = subprocess.run([a.saturate, "doctor", "--data", f"text:{a.corpus},tokenizer={tok}"],
+                               capture_output=True, text=True, env=env, timeout=1800)
+            wall = time.perf_counter() - t0
+            rows.append((tok, attempt, wall, p.returncode))
+        caches = [os.path.join(r, f) for r, _, fs in os.walk(env["SATURATE_CACHE_DIR"])
+                  for f in fs if f.endswith(".tokens")]
+        if caches:
+            print(f"  {tok}: cache {os.path.getsize(caches[0]) / 2**20:.2f} MiB")
+    for tok, attempt, wall, rc in rows:
+        print(f"  {tok:16s} {attempt:7s} {wall:6.2f} s (exit {rc})")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--saturate", default="build/saturate")
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--model", default="gpt-mini", choices=sorted(SIZES))
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--python-side", action="store_true")
+    p.add_argument("--skip-tokenisation", action="store_true")
+    a = p.parse_args()
+    if a.python_side:
+        return python_side(a)
+    with tempfile.TemporaryDirectory(prefix="saturate-gpt-bench-") as tmp:
+        sat, py, ratios = [], [], []
+        for r in range(a.rounds):
+            order = ["saturate", "python"] if r % 2 == 0 else ["python", "saturate"]
+            got = {}
+            for side in order:
+                got[side] = saturate_side(a, tmp) if side == "saturate" else python_run(a)
+            sat.append(got["saturate"])
+            py.append(got["python"])
+            ratios.append(got["saturate"] / got["python"])
+            print(f"round {r + 1}: saturate {got['saturate']:.0f} tokens/s, "
+                  f"python {got['python']:.0f} tokens/s, ratio {ratios[-1]:.3f}", flush=True)
+        print(f"{a.model} seq {a.seq_len} batch {a.batch} threads {a.threads}: median saturate "
+              f"{statistics.median(sat):.0f} tokens/s, python eager {statistics.median(py):.0f} "
+              f"tokens/s, median ratio {statistics.median(ratios):.3f}")
+        if not a.skip_tokenisation:
+            print("tokenisation (saturate doctor --data, wall time of the process):")
+            tokenisation(a, tmp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "models/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <torch/torch.h>
+
+#include "saturate/core/error.h"
+#include "saturate/core/log.h"
+#include "saturate/models/recompute.h"
+
+namespace saturate::detail {
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+namespace {
+
+struct AttentionImpl : nn::Module {
+  AttentionImpl(const GptConfig& c) : heads(c.heads), dropout(c.dropout) {
+    c_attn = register_module("c_attn", nn::Linear(c.width, 3 * c.width));
+    c_proj = register_module("c_proj", nn::Linear(c.width, c.width));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    const std::vector<at::Tensor> qkv = c_attn->forward(x).split(C, 2);
+    auto heads_of = [&](const at::Tensor& t) { return t.view({B, T, heads, C / heads}).transpose(1, 2); };
+    const at::Tensor y = at::scaled_dot_product_attention(
+        heads_of(qkv[0]), heads_of(qkv[1]), heads_of(qkv[2]), {}, is_training() ? dropout : 0.0,
+        /*is_causal=*/true);
+    return F::dropout(c_proj->forward(y.transpose(1, 2).contiguous().view({B, T, C})),
+                      F::DropoutFuncOptions().p(dropout).training(is_training()));
+  }
+  int64_t heads;
+  double dropout;
+  nn::Linear c_attn{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(Attention);
+
+struct MlpImpl : nn::Module {
+  MlpImpl(const GptConfig& c) : dropout(c.dropout) {
+    c_fc = register_module("c_fc", nn::Linear(c.width, 4 * c.width));
+    c_proj = register_module("c_proj", nn::Linear(4 * c.width, c.width));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return F::dropout(c_proj->forward(F::gelu(c_fc->forward(x))),
+                      F::DropoutFuncOptions().p(dropout).training(is_training()));
+  }
+  double dropout;
+  nn::Linear c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+struct BlockImpl : nn::Module {
+  BlockImpl(const GptConfig& c) {
+    ln_1 = register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({c.width})));
+    attn = register_module("attn", Attention(c));
+    ln_2 = register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({c.width})));
+    mlp = register_module("mlp", Mlp(c));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor h = x + attn->forward(ln_1->forward(x));
+    return h + mlp->forward(ln_2->forward(h));
+  }
+  nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// nanoGPT's layout: transformer.{wte, wpe, h.N, ln_f}; lm_head shares wte's weight.
+struct GptNetImpl : nn::Module {
+  explicit GptNetImpl(const GptConfig& c) : config(c) {
+    wte = register_module("wte", nn::Embedding(c.vocab, c.width));
+    wpe = register_module("wpe", nn::Embedding(c.context, c.width));
+    h = register_module("h", nn::ModuleList());
+    for (int64_t i = 0; i < c.layers; ++i) h->push_back(Block(c));
+    ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.width})));
+    torch::NoGradGuard no_grad;
+    for (auto& p : named_parameters()) {
+      const std::string& name = p.key();
+      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+        p.value().zero_();
+      } else if (name.find("ln_") != std::string::npos) {
+        p.value().fill_(1.0);
+      } else if (name.find("c_proj.weight") != std::string::npos) {
+        p.value().normal_(0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers)));
+      } else {
+        p.value().normal_(0.0, 0.02);
+      }
+    }
+  }
+  at::Tensor embed(const at::Tensor& tokens) {
+    const at::Tensor pos = torch::arange(tokens.size(1), tokens.options().dtype(at::kLong));
+    return F::dropout(wte->forward(tokens) + wpe->forward(pos),
+                      F::DropoutFuncOptions().p(config.dropout).training(is_training()));
+  }
+  at::Tensor head(const at::Tensor& x) {
+    return at::matmul(ln_f->forward(x), wte->weight.t());
+  }
+  GptConfig config;
+  nn::Embedding wte{nullptr}, wpe{nullptr};
+  nn::ModuleList h{nullptr};
+  nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(GptNet);
+
+const char* backend_name(int64_t choice) {
+  switch (choice) {
+    case 0: return "math";
+    case 1: return "flash";
+    case 2: return "efficient";
+    case 3: return "cudnn";
+    case 4: return "overrideable";
+    default: return "none";
+  }
+}
+
+class GptModel final : public Model {
+ public:
+  GptModel(std::string name, const GptConfig& c) : name_(std::move(name)), net_(c) {}
+  std::string name() const override { return name_; }
+  at::Tensor forward(const at::Tensor& tokens) override {
+    SATURATE_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, "model: ", name_,
+                   " takes int64 token windows [B, T], got ", tokens.scalar_type(), " ",
+                   tokens.sizes());
+    SATURATE_CHECK(tokens.size(1) <= net_->config.context, "model: ", name_, ": a window of ",
+                   tokens.size(1), " tokens is above its context of ", net_->config.context);
+    if (kernel_.empty() && net_->is_training()) {  // once: a tune builds a model per trial
+      // Under autocast the attention inputs are in the autocast dtype.
+      const c10::DeviceType type = tokens.device().type();
+      const c10::ScalarType dtype = at::autocast::is_autocast_enabled(type)
+                                        ? at::autocast::get_autocast_dtype(type)
+                                        : net_->wte->weight.scalar_type();
+      const std::string backend = sdpa_backend_for(net_->config, tokens.size(0), tokens.device(),
+                                                   dtype, /*training=*/true);
+      kernel_ = backend;
+      static std::mutex mutex;
+      static std::set<std::string> said;
+      std::lock_guard<std::mutex> lock(mutex);
+      if (said.insert(backend + tokens.device().str()).second)
+        SATURATE_LOG_INFO("model: ", name_, " attention runs SDPA's ", backend, " kernel on ",
+                          tokens.device().str());
+    }
+    at::Tensor x = net_->embed(tokens);
+    const bool recompute_on = segments_ > 0 && net_->is_training() && at::GradMode::is_enabled();
+    const auto layers = static_cast<int64_t>(net_->h->size());
+    for (int64_t s = 0; s < (recompute_on ? segments_ : 1); ++s) {
+      const int64_t first = recompute_on ? s * layers / segments_ : 0;
+      const int64_t last = recompute_on ? (s + 1) * layers / segments_ : layers;
+      auto run = [net = net_.ptr(), first, last](const at::Tensor& in) {
+        at::Tensor h = in;
+        for (int64_t i = first; i < last; ++i) h = net->h->ptr<BlockImpl>(i)->forward(h);
+        return h;
+      };
+      x = recompute_on ? recompute(run, x) : run(x);
+    }
+    return net_->head(x);
+  }
+  std::vector<at::Tensor> parameters() override { return net_->parameters(); }
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() override {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& p : net_->named_parameters()) out.emplace_back(p.key(), p.value());
+    return out;
+  }
+  std::vector<at::Tensor> state_tensors() override {
+    std::vector<at::Tensor> out = net_->parameters();
+    for (auto& b : net_->buffers()) out.push_back(b);
+    return out;
+  }
+  void train(bool on) override { net_->train(on); }
+  bool is_training() const override { return net_->is_training(); }
+  void to(const c10::Device& device) override { net_->to(device); }
+  // PaLM's count: 2 FLOPs per parameter and token in forward (6 in training), plus attention's
+  // 4·L·H·Q·T per token (12 in training); position embeddings are looked up, not multiplied.
+  int64_t forward_flops_per_sample() const override {
+    const GptConfig& c = net_->config;
+    int64_t n = 0;
+    for (const auto& p : net_->parameters()) n += p.numel();
+    n -= net_->wpe->weight.numel();
+    const int64_t t = c.seq_len;
+    return t * (2 * n + 4 * c.layers * c.width * t);
+  }
+  bool set_recompute_segments(int64_t segments) override {
+    SATURATE_CHECK(segments >= 0, "model: recompute segments must be >= 0 (0 turns it off), got ",
+                   segments);
+    segments_ = std::min<int64_t>(segments, static_cast<int64_t>(net_->h->size()));
+    return true;
+  }
+  int64_t recompute_segments() const override { return segments_; }
+  std::string attention_kernel() const override { return kernel_; }
+
+ private:
+  std::string name_;
+  GptNet net_;
+  int64_t segments_ = 0;
+  std::string kernel_;  // what SDPA chose at the first training forward
+};
+
+int64_t option_int(const std::string& key, const std::string& value, const std::string& spec) {
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  SATURATE_CHECK(!value.empty() && *end == '\0' && v >= 1 && v <= 1000000, "model: ", spec, ": ",
+                 key, " must be a positive integer, got '", value, "'");
+  return v;
+}
+
+}  // namespace
+
+bool is_gpt_spec(const std::string& spec) {
+  return spec == "gpt-mini" || spec == "gpt-small" || spec.rfind("gpt-mini:", 0) == 0 ||
+         spec.rfind("gpt-small:", 0) == 0;
+}
+
+GptConfig parse_gpt_spec(const std::string& spec, const ModelInputs& inputs) {
+  GptConfig c;
+  const size_t colon = spec.find(':');
+  const std::string base = spec.substr(0, colon);
+  if (base == "gpt-small") {
+    c.layers = 6, c.heads = 6, c.width = 384, c.context = 256;
+  }
+  std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    SATURATE_CHECK(eq != std::string::npos, "model: ", spec, ": options are KEY=VALUE, got '",
+                   item, "'");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "layers") c.layers = option_int(key, value, spec);
+    else if (key == "heads") c.heads = option_int(key, value, spec);
+    else if (key == "width") c.width = option_int(key, value, spec);
+    else if (key == "context") c.context = option_int(key, value, spec);
+    else if (key == "dropout") {
+      char* end = nullptr;
+      c.dropout = std::strtod(value.c_str(), &end);
+      SATURATE_CHECK(!value.empty() && *end == '\0' && c.dropout >= 0 && c.dropout < 1, "model: ",
+                     spec, ": dropout must be in [0, 1), got '", value, "'");
+    } else {
+      SATURATE_CHECK(false, "model: ", spec, ": unknown option '", key,
+                     "' (layers, heads, width, context, dropout)");
+    }
+  }
+  SATURATE_CHECK(c.width % c.heads == 0, "model: ", spec, ": width ", c.width,
+                 " is not a multiple of heads ", c.heads);
+  SATURATE_CHECK(inputs.tokens && inputs.sample_shape.size() == 1, "model: ", base,
+                 " is a language model: it needs text data (--data text:PATH)");
+  c.vocab = inputs.num_classes;
+  c.seq_len = inputs.sample_shape[0];
+  SATURATE_CHECK(c.seq_len <= c.context, "--seq-len ", c.seq_len, " is above ", base,
+                 "'s context of ", c.context, " tokens (raise it with ", base, ":context=N)");
+  return c;
+}
+
+std::unique_ptr<Model> make_gpt(const std::string& spec, const ModelInputs& inputs) {
+  const GptConfig c = parse_gpt_spec(spec, inputs);
+  return std::make_unique<GptModel>(spec, c);
+}
+
+std::string sdpa_backend_for(const GptConfig& c, int64_t batch, const c10::Device& device,
+                             c10::ScalarType dtype, bool training) {
+  const at::Tensor q = torch::empty({batch, c.heads, c.seq_len, c.width / c.heads},
+                                    torch::TensorOptions().device(device).dtype(dtype));
+  return backend_name(
+      at::_fused_sdp_choice(q, q, q, {}, training ? c.dropout : 0.0, /*is_causal=*/true));
+}
+
+}  // namespace saturate::detail
