@@ -133,7 +133,7 @@ std::string cache_file_name(const std::string& tokenizer_id, const Fingerprint& 
 
 // Why the cache at `path` cannot be used ("" when it can). Bounded: the header is checked
 // against the file's size before any token is read.
-std::string cache_problem(const std::string& path, const std::string& tokenizer_id,
+std::string cache_problem(const std::string& tokenizer_id,
                           const Fingerprint& f, int fd, CacheHeader& h) {
   struct stat info {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) return "not a regular file";
@@ -150,7 +150,6 @@ std::string cache_problem(const std::string& path, const std::string& tokenizer_
     return "another tokenizer";
   if (h.corpus_crc != f.crc || h.corpus_bytes != static_cast<uint64_t>(f.bytes))
     return "another corpus";
-  (void)path;
   return "";
 }
 
@@ -315,6 +314,17 @@ TextSpec parse_text_spec(const std::string& spec) {
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
+// SentencePiece's Debian library cannot share a process with LibTorch (see
+// src/data/CMakeLists.txt), so its tokenizers are refused with that reason.
+bool have_sentencepiece() { return false; }
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TextSpec& spec) {
+  SATURATE_CHECK(spec.tokenizer == "bytes", "data: tokenizer=", spec.tokenizer,
+                 " is not available: SentencePiece's library clashes with LibTorch's in one ",
+                 "process (both define FLAGS_minloglevel); use tokenizer=bytes");
+  return make_byte_tokenizer();
+}
+
 std::string token_cache_dir() {
   std::string root = env_or_empty("SATURATE_CACHE_DIR");
   if (!root.empty()) return root + "/tokens";
@@ -358,25 +368,13 @@ std::string TokenCorpus::describe() const {
                 was_cached_ ? ", cached" : concat(", tokenised in ", format_fixed(tokenize_s_, 2), " s"));
 }
 
-double TokenCorpus::unigram_entropy() const {
-  std::vector<int64_t> counts(static_cast<size_t>(vocab_), 0);
-  for (int64_t i = 0; i < tokens_; ++i) ++counts[static_cast<size_t>(read_token(data_, width_, i))];
-  double h = 0;
-  for (int64_t c : counts) {
-    if (c == 0) continue;
-    const double p = static_cast<double>(c) / static_cast<double>(tokens_);
-    h -= p * std::log(p);
-  }
-  return h;
-}
-
 std::shared_ptr<const TokenCorpus> open_token_corpus(const TextSpec& spec,
                                                      const std::string& cache_dir) {
   const std::vector<std::string> files = corpus_files(spec.path);
   const Fingerprint f = fingerprint(files);
   SATURATE_CHECK(f.bytes > 0, "data: text corpus ", spec.path, " is empty");
   make_folders(cache_dir, "token cache folder");
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec, files, cache_dir);
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec);
   const std::string path = cache_dir + "/" + cache_file_name(tok->id(), f);
   std::shared_ptr<TokenCorpus> c(new TokenCorpus());
   c->path_ = spec.path;
@@ -388,7 +386,7 @@ std::shared_ptr<const TokenCorpus> open_token_corpus(const TextSpec& spec,
   for (int attempt = 0; attempt < 2; ++attempt) {
     const int fd = ::open(path.c_str(), O_RDONLY);
     if (fd >= 0) {
-      std::string problem = cache_problem(path, tok->id(), f, fd, h);
+      std::string problem = cache_problem(tok->id(), f, fd, h);
       if (problem.empty()) {
         void* m = ::mmap(nullptr, sizeof h + h.tokens * h.width, PROT_READ, MAP_SHARED, fd, 0);
         ::close(fd);

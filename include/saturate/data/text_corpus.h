@@ -50,9 +50,7 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 /// The tokenizer a spec names. "spm:MODEL" and "train-spm:VOCAB" (SentencePiece) parse, but
 /// are refused with the reason: Debian's libsentencepiece cannot share a process with LibTorch
 /// (have_sentencepiece() is false).
-std::unique_ptr<Tokenizer> make_tokenizer(const TextSpec& spec,
-                                          const std::vector<std::string>& corpus_files,
-                                          const std::string& cache_dir);
+std::unique_ptr<Tokenizer> make_tokenizer(const TextSpec& spec);
 bool have_sentencepiece();
 
 /// A token cache, mapped read-only.
@@ -75,9 +73,6 @@ class TokenCorpus {
   const std::string& tokenizer_id() const { return tokenizer_id_; }
   /// "text:shakespeare (5.1 MB, 42 files): 5.1M tokens, bytes tokenizer, vocab 257, cached".
   std::string describe() const;
-  /// Unigram entropy of the stream in nats per token: the loss of a model that knows only how
-  /// often each token occurs.
-  double unigram_entropy() const;
 
  private:
   friend std::shared_ptr<const TokenCorpus> open_token_corpus(const TextSpec&, const std::string&);
