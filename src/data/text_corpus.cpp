@@ -24,6 +24,7 @@
 #include "saturate/core/temp_folder.h"
 #include "saturate/core/units.h"
 #include "data/file_bytes.h"
+#include "data/text_spm.h"
 
 namespace saturate {
 namespace {
@@ -168,11 +169,7 @@ int64_t read_token(const uint8_t* data, int width, int64_t i) {
 void write_cache(const std::string& path, const Tokenizer& tok,
                  const std::vector<std::string>& files, const Fingerprint& f) {
   std::vector<int32_t> ids;
-  for (const std::string& file : files) {
-    const std::vector<uint8_t> bytes = read_corpus_file(file);
-    tok.encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), ids);
-    if (tok.end_of_document() >= 0 && files.size() > 1) ids.push_back(tok.end_of_document());
-  }
+  tok.encode_files(files, f.bytes, ids);
   CacheHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = kVersion;
@@ -312,18 +309,44 @@ TextSpec parse_text_spec(const std::string& spec) {
   return t;
 }
 
+void Tokenizer::encode_files(const std::vector<std::string>& files, int64_t,
+                             std::vector<int32_t>& out) const {
+  for (const std::string& file : files) {
+    const std::vector<uint8_t> bytes = read_corpus_file(file);
+    encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), out);
+    if (end_of_document() >= 0 && files.size() > 1) out.push_back(end_of_document());
+  }
+}
+
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
-// SentencePiece's Debian library cannot share a process with LibTorch (see
-// src/data/CMakeLists.txt), so its tokenizers are refused with that reason.
-bool have_sentencepiece() { return false; }
+bool have_sentencepiece() { return !detail::spm_helper_path().empty(); }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TextSpec& spec) {
+  if (spec.tokenizer.rfind("spm:", 0) == 0) return detail::make_spm_tokenizer(spec.tokenizer.substr(4));
   SATURATE_CHECK(spec.tokenizer == "bytes", "data: tokenizer=", spec.tokenizer,
-                 " is not available: SentencePiece's library clashes with LibTorch's in one ",
-                 "process (both define FLAGS_minloglevel); use tokenizer=bytes");
+                 " needs the corpus to train on: open the corpus with open_token_corpus()");
   return make_byte_tokenizer();
 }
+
+namespace {
+
+// train-spm:VOCAB: the model trained on this corpus, under the corpus's fingerprint, trained
+// now when the cache folder does not hold it yet.
+std::unique_ptr<Tokenizer> corpus_tokenizer(const TextSpec& spec,
+                                            const std::vector<std::string>& files,
+                                            const Fingerprint& f, const std::string& cache_dir) {
+  if (spec.tokenizer.rfind("train-spm:", 0) != 0) return make_tokenizer(spec);
+  const int64_t vocab = std::stoll(spec.tokenizer.substr(10));
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", f.crc);
+  const std::string model =
+      concat(cache_dir, "/spm-unigram", vocab, "-", hex, "-", f.bytes, ".model");
+  detail::train_spm_model(vocab, files, model);
+  return detail::make_spm_tokenizer(model);
+}
+
+}  // namespace
 
 std::string token_cache_dir() {
   std::string root = env_or_empty("SATURATE_CACHE_DIR");
@@ -374,7 +397,7 @@ std::shared_ptr<const TokenCorpus> open_token_corpus(const TextSpec& spec,
   const Fingerprint f = fingerprint(files);
   SATURATE_CHECK(f.bytes > 0, "data: text corpus ", spec.path, " is empty");
   make_folders(cache_dir, "token cache folder");
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec);
+  const std::unique_ptr<Tokenizer> tok = corpus_tokenizer(spec, files, f, cache_dir);
   const std::string path = cache_dir + "/" + cache_file_name(tok->id(), f);
   std::shared_ptr<TokenCorpus> c(new TokenCorpus());
   c->path_ = spec.path;

@@ -6,6 +6,7 @@ Usage: cli_test.py --saturate BIN --fixtures DIR --golden DIR --case NAME
 Set SATURATE_UPDATE_GOLDEN=1 to rewrite the golden files from the current output.
 """
 import argparse
+import collections
 import gzip
 import json
 import math
@@ -2222,7 +2223,9 @@ def case_issue17_tune_exec_cooperative(tmp):
         if need not in e["applied"]:
             fail(f"the plan does not know the script applies {need}: {e['applied']}")
     if int(e["settings"]["batch_size"]) <= 32:
-        fail(f"the tuned batch {e['settings']['batch_size']} is not larger than the script's 32")
+        stages = "\n".join(f"  {s['name']}: {s.get('why', '')}" for s in p["stages"])
+        fail(f"the tuned batch {e['settings']['batch_size']} is not larger than the script's 32;"
+             f" the stages said:\n{stages}")
     if "reproduce:" not in out or e["reproduce"] not in out:
         fail(f"the reproduce line is not printed:\n{out}")
     if not any(t["outcome"] == "fits" for t in p["trials"]):
@@ -2613,6 +2616,49 @@ def case_issue18_gpt_learns_below_unigram_entropy(tmp):
         fail(f"the second run did not read the token cache (exit {code}):\n{err}")
 
 
+def case_issue18_gpt_on_a_trained_sentencepiece(tmp):
+    """train-spm:VOCAB trains a SentencePiece model on the corpus once (in the saturate-spm helper
+    process, as the library cannot share LibTorch's), tokenises into the cache, and gpt-mini
+    learns on its pieces: validation loss per piece well below the uniform log(vocab)."""
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    data = "text:" + LICENSES + ",tokenizer=train-spm:512"
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--model", "gpt-mini", "--data", data, "--seq-len", "32",
+                         "--batch-size", "16", "--steps", "250", "--lr", "2e-3",
+                         "--summary-json", summary, timeout=400)
+    if code != 0:
+        fail(f"train exit {code}\n{err}")
+    if "training a SentencePiece model of 512 pieces" not in err or "spm-" not in err:
+        fail(f"no SentencePiece model was trained:\n{err}")
+    models = glob.glob(os.path.join(tmp, "cache", "tokens", "spm-unigram512-*.model"))
+    if len(models) != 1:
+        fail(f"expected the trained model in the cache, found {models}")
+    # The pieces' own unigram entropy, from the cache file (128-byte header, uint16 ids): what
+    # knowing each piece's frequency alone gives on the training part of the stream.
+    caches = glob.glob(os.path.join(tmp, "cache", "tokens", "spm-*.tokens"))
+    if len(caches) != 1:
+        fail(f"expected one token cache, found {caches}")
+    raw = open(caches[0], "rb").read()
+    width, count = struct.unpack_from("<I", raw, 12)[0], struct.unpack_from("<Q", raw, 16)[0]
+    if width != 2 or len(raw) != 128 + 2 * count:
+        fail(f"cache width {width}, {count} tokens in {len(raw)} bytes")
+    ids = struct.unpack_from(f"<{count}H", raw, 128)[:int(count * 0.9)]
+    freq = collections.Counter(ids)
+    entropy = -sum(v / len(ids) * math.log(v / len(ids)) for v in freq.values())
+    if max(ids) >= 512 or count > 303076 // 2:
+        fail(f"{count} pieces up to id {max(ids)}: not a 512-piece model's encoding")
+    s = json.load(open(summary))
+    if not s["val_loss"] < entropy - 0.4:
+        fail(f"val loss per piece {s['val_loss']:.3f} is not well below the pieces' unigram "
+             f"entropy {entropy:.3f}")
+    # The same model by name (spm:MODEL) reads the same cache, trains nothing.
+    code, out, err = run("train", "--model", "gpt-mini", "--data",
+                         "text:" + LICENSES + ",tokenizer=spm:" + models[0], "--seq-len", "32",
+                         "--batch-size", "16", "--steps", "2")
+    if code != 0 or ", cached" not in err or "training a SentencePiece" in err:
+        fail(f"spm:MODEL did not read the cache (exit {code}):\n{err}")
+
+
 def case_issue18_text_bad_input(tmp):
     """Unusable text input is one line and exit 2; a damaged token cache is rebuilt, said once."""
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
@@ -2625,7 +2671,9 @@ def case_issue18_text_bad_input(tmp):
     expect_usage_error(base + ["--data", "text:" + LICENSES, "--seq-len", "512"],
                        "above gpt-mini's context of 256")
     expect_usage_error(base + ["--data", "text:" + LICENSES + ",tokenizer=spm:" + tmp + "/no.model"],
-                       "is not available")
+                       "no such model file")
+    expect_usage_error(base + ["--data", "text:" + LICENSES + ",tokenizer=spm:" + short],
+                       "not a SentencePiece model")
     expect_usage_error(base + ["--data", "text:" + LICENSES + ",tokenizer=words"],
                        "unknown tokenizer 'words'")
     expect_usage_error(["train", "--model", "mlp", "--steps", "2", "--data", "text:" + LICENSES],

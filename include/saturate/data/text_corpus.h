@@ -42,15 +42,20 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   /// The id put between two files of a folder, -1 when there is none.
   virtual int32_t end_of_document() const = 0;
+  /// Appends the ids of `files` (`bytes` in all) to `out`, end_of_document() between files when
+  /// there are several. The default reads each file and encode()s it.
+  virtual void encode_files(const std::vector<std::string>& files, int64_t bytes,
+                            std::vector<int32_t>& out) const;
 };
 
 /// Bytes as ids 0..255 and 256 for the end of a document: no training, no unknown tokens.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
-/// The tokenizer a spec names. "spm:MODEL" and "train-spm:VOCAB" (SentencePiece) parse, but
-/// are refused with the reason: Debian's libsentencepiece cannot share a process with LibTorch
-/// (have_sentencepiece() is false).
+/// The tokenizer a spec names: bytes, or "spm:MODEL" (a SentencePiece model file, run through
+/// the saturate-spm helper program: Debian's libsentencepiece cannot share a process with
+/// LibTorch). "train-spm:VOCAB" needs the corpus: open_token_corpus() trains it.
 std::unique_ptr<Tokenizer> make_tokenizer(const TextSpec& spec);
+/// Whether the saturate-spm helper was built and found.
 bool have_sentencepiece();
 
 /// A token cache, mapped read-only.
@@ -92,7 +97,8 @@ class TokenCorpus {
 std::string token_cache_dir();
 
 /// Tokenises the corpus unless `cache_dir` already holds a valid cache for its content and
-/// tokenizer; a corrupt or truncated cache is reported on the log and rebuilt. Writes are
+/// tokenizer (train-spm:VOCAB first trains a model, kept in `cache_dir` under the corpus's
+/// fingerprint, unless it is there); a corrupt or truncated cache is reported on the log and rebuilt. Writes are
 /// atomic (temporary file, rename). Throws saturate::Error naming the path for a missing,
 /// unreadable or empty corpus, or a file above 1 GiB.
 std::shared_ptr<const TokenCorpus> open_token_corpus(const TextSpec& spec,

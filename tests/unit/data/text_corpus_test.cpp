@@ -3,10 +3,12 @@
 // corpus changes or the cache is damaged, and served as next-token windows by the Loader.
 #include "saturate/data/text_corpus.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -130,9 +132,63 @@ TEST(TextCorpus, Issue18_BadSpecsAndCorporaNameTheProblem) {
   EXPECT_NE(message("text:x.txt,tokenizer=train-spm:3").find("vocabulary size"),
             std::string::npos);
   write_text(tmp.path() + "/a.txt", "abc");
-  const std::string spm = message("text:" + tmp.path() + "/a.txt,tokenizer=spm:m.model");
-  EXPECT_EQ(have_sentencepiece(), false);
-  EXPECT_NE(spm.find("FLAGS_minloglevel"), std::string::npos) << spm;
+  const std::string absent = message("text:" + tmp.path() + "/a.txt,tokenizer=spm:m.model");
+  EXPECT_NE(absent.find("spm:m.model: no such model file"), std::string::npos) << absent;
+  // A text file is no model: the helper says so, and it is a usage error naming the file.
+  const std::string path = tmp.path() + "/a.txt";
+  const std::string not_model = message("text:" + path + ",tokenizer=spm:" + path);
+  EXPECT_NE(not_model.find(have_sentencepiece() ? path + ": not a SentencePiece model"
+                                                : std::string("saturate-spm")),
+            std::string::npos)
+      << not_model;
+}
+
+namespace {
+
+std::string only_model_in(const std::string& dir) {
+  std::string found;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return found;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() > 6 && n.compare(n.size() - 6, 6, ".model") == 0) found = dir + "/" + n;
+  }
+  ::closedir(d);
+  return found;
+}
+
+}  // namespace
+
+// SentencePiece runs in the saturate-spm helper (its library cannot share LibTorch's process):
+// a model trained on the corpus, kept in the cache folder, encodes it into far fewer tokens than
+// bytes, decodes it back, and separates files with its end-of-sentence id.
+TEST(TextCorpus, Issue18_SentencePieceTrainedOnTheCorpusRoundTrips) {
+  if (!have_sentencepiece()) GTEST_SKIP() << "saturate-spm was not built (libsentencepiece-dev)";
+  TempFolder tmp("saturate-text", "test");
+  make_folders(tmp.path() + "/docs", "test");
+  const std::string a = sample_text(300), b = "the fox is quick and brown\nit jumps\n";
+  write_text(tmp.path() + "/docs/a.txt", a);
+  write_text(tmp.path() + "/docs/b.txt", b);
+  const TextSpec spec = parse_text_spec("text:" + tmp.path() + "/docs,tokenizer=train-spm:120");
+  auto c = open_token_corpus(spec, tmp.path() + "/cache");
+  EXPECT_FALSE(c->was_cached());
+  EXPECT_EQ(c->tokenizer_id().rfind("spm-", 0), 0u) << c->tokenizer_id();
+  EXPECT_LE(c->vocab_size(), 120);
+  EXPECT_LT(c->size(), static_cast<int64_t>(a.size() + b.size()) * 3 / 4) << c->describe();
+  const std::string model = only_model_in(tmp.path() + "/cache");
+  ASSERT_FALSE(model.empty());
+  const auto tok = make_tokenizer(parse_text_spec("text:x,tokenizer=spm:" + model));
+  EXPECT_EQ(tok->id(), c->tokenizer_id());
+  const std::vector<int32_t> ids = as_ids(*c);
+  const auto eod = std::find(ids.begin(), ids.end(), tok->end_of_document());
+  ASSERT_NE(eod, ids.end());
+  EXPECT_EQ(tok->decode(std::vector<int32_t>(ids.begin(), eod)), a);
+  EXPECT_EQ(tok->decode(std::vector<int32_t>(eod + 1, ids.end() - 1)), b);
+  EXPECT_EQ(ids.back(), tok->end_of_document());
+  // The second open trains nothing and reads the cache.
+  auto again = open_token_corpus(spec, tmp.path() + "/cache");
+  EXPECT_TRUE(again->was_cached());
+  EXPECT_EQ(as_ids(*again), ids);
 }
 
 TEST(TextCorpus, Issue18_TheLoaderServesNextTokenWindowsWhateverItsWorkers) {
