@@ -9,12 +9,14 @@ windows of the same byte-tokenised corpus, with AdamW (lr 1e-3, weight decay 1e-
 same batch, sequence length and intra-op threads, denormals flushed on both sides. Each run is a
 fresh process. Rounds interleave the two sides and alternate which goes first; the table gives
 medians of tokens/s and of the per-round ratio. Both time whole steps after `--warmup` steps
-(saturate's from its steps.jsonl).
+(saturate's from its steps.jsonl). saturate's AdamW is one fused kernel per step; the Python
+side runs torch.optim.AdamW as a script gets it by default on CPU (a loop over parameters), or
+with fused=True (`--python-optimizer fused`), which shows how much of the gap that is.
 
 Usage (from the repository root, after `make build`):
   ~/.cache/saturate/venv-torch-2.11.0/bin/python bench/gpt_vs_pytorch.py --corpus DIR \
       [--saturate build/saturate] [--model gpt-mini] [--seq-len 128] [--batch 16] \
-      [--steps 60] [--warmup 10] [--rounds 3] [--threads 2]
+      [--steps 60] [--warmup 10] [--rounds 3] [--threads 2] [--python-optimizer default|fused]
 """
 import argparse
 import json
@@ -56,7 +58,10 @@ def python_side(a):
     data = torch.tensor(corpus_tokens(a.corpus), dtype=torch.long)
     end = int(len(data) * 0.9)
     model = GPT(257, layers, heads, width, 256)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+    # "default" is what a script gets from torch.optim.AdamW on CPU (the per-parameter loop);
+    # "fused" asks for the fused kernel saturate's AdamW runs.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4,
+                            fused=True if a.python_optimizer == "fused" else None)
     times = []
     for step in range(a.steps):
         t0 = time.perf_counter()
@@ -90,7 +95,8 @@ def saturate_side(a, tmp):
 def python_run(a):
     cmd = [sys.executable, os.path.abspath(__file__), "--python-side", "--corpus", a.corpus,
            "--model", a.model, "--seq-len", str(a.seq_len), "--batch", str(a.batch),
-           "--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads)]
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads),
+           "--python-optimizer", a.python_optimizer]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout
     return json.loads(out.strip().splitlines()[-1])["tokens_per_s"]
 
@@ -134,6 +140,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--python-side", action="store_true")
+    p.add_argument("--python-optimizer", choices=["default", "fused"], default="default")
     p.add_argument("--skip-tokenisation", action="store_true")
     a = p.parse_args()
     if a.python_side:
@@ -154,7 +161,8 @@ def main():
             print(f"round {r + 1}: saturate {got['saturate']:.0f} tokens/s, "
                   f"python {got['python']:.0f} tokens/s, ratio {ratios[-1]:.3f}", flush=True)
         print(f"{a.model} seq {a.seq_len} batch {a.batch} threads {a.threads}: median saturate "
-              f"{statistics.median(sat):.0f} tokens/s, python eager {statistics.median(py):.0f} "
+              f"{statistics.median(sat):.0f} tokens/s, python eager ({a.python_optimizer} AdamW) "
+              f"{statistics.median(py):.0f} "
               f"tokens/s, median ratio {statistics.median(ratios):.3f}")
         if not a.skip_tokenisation:
             print("tokenisation (saturate's own timing):")
