@@ -52,6 +52,18 @@ std::vector<at::Tensor> SequentialModel::state_tensors() {
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> SequentialModel::named_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : net_->named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> SequentialModel::named_state() {
+  std::vector<std::pair<std::string, at::Tensor>> out = named_parameters();
+  for (const auto& b : net_->named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
 void SequentialModel::train(bool on) { net_->train(on); }
 bool SequentialModel::is_training() const { return net_->is_training(); }
 void SequentialModel::to(const c10::Device& device) { net_->to(device); }

@@ -18,6 +18,9 @@ class SequentialModel : public Model {
   at::Tensor forward(const at::Tensor& inputs) override;
   std::vector<at::Tensor> parameters() override;
   std::vector<at::Tensor> state_tensors() override;
+  /// The Sequential's own names: "1.weight", "4.running_mean", as torch.nn.Sequential's.
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
+  std::vector<std::pair<std::string, at::Tensor>> named_state() override;
   void train(bool on) override;
   bool is_training() const override;
   void to(const c10::Device& device) override;

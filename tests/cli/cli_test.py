@@ -1883,6 +1883,58 @@ def case_issue16_damaged_or_foreign_checkpoints(tmp):
                         "soon"], "--checkpoint-interval")
 
 
+def case_issue16_saved_model_loads_in_python(tmp):
+    """train --save-model writes safetensors that plain PyTorch loads (the safetensors package,
+    torch.nn.Sequential's names, the normalisation from the metadata) and scores to the same test
+    accuracy; saturate eval and --model FILE take it back; a damaged file is one line, exit 2."""
+    folder = make_idx_dir(tmp, n_train=512, n_test=128, classes=4)
+    saved, summary = os.path.join(tmp, "out", "m.safetensors"), os.path.join(tmp, "s.json")
+    # A few steps only: the model is still unsure (loss well above 0), so the losses compare.
+    code, out, err = run("train", "--model", "fmnist-cnn", "--data", "idx:" + folder, "--steps", "3",
+                         "--lr", "1e-3", "--batch-size", "32", "--save-model", saved,
+                         "--summary-json", summary)
+    if code != 0 or "saved the model to" not in err:
+        fail(f"train --save-model: exit {code}\n{err}")
+    trained = json.load(open(summary))["test_accuracy"]
+    p = subprocess.run(py_fixture("saved_model_check.py", saved, folder), capture_output=True,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        fail(f"PyTorch could not load the saved model:\n{p.stderr}")
+    python = json.loads(p.stdout)
+    if abs(python["accuracy"] - trained) > 1e-4 or not python["loss"] > 0.1:
+        fail(f"PyTorch scores {python}, saturate's run {trained}")
+    code, out, err = run("eval", "--model", saved, "--json")
+    if code != 0:
+        fail(f"eval: exit {code}\n{err}")
+    ev = json.loads(out)
+    if abs(ev["test"]["accuracy"] - trained) > 1e-4 or ev["model"] != "fmnist-cnn":
+        fail(f"eval gives {ev}, the run {trained}")
+    if abs(ev["test"]["loss"] - python["loss"]) > 1e-5 * python["loss"]:
+        fail(f"eval's test loss {ev['test']['loss']} is not PyTorch's {python['loss']}")
+    # Trained further from the saved weights: it starts where the saved run ended.
+    again = os.path.join(tmp, "again.safetensors")
+    code, out, err = run("train", "--model", saved, "--data", "idx:" + folder, "--steps", "2",
+                         "--lr", "1e-9", "--save-model", again, "--summary-json", summary)
+    if code != 0 or abs(json.load(open(summary))["test_accuracy"] - trained) > 0.02:
+        fail(f"train --model FILE.safetensors: exit {code}\n{err}")
+    if json.loads(run("eval", "--model", again, "--json")[1])["model"] != "fmnist-cnn":
+        fail("a model trained from a saved one is not saved as its layers")
+    # Damaged, foreign or mismatched files: one line naming the problem, exit 2.
+    raw = open(saved, "rb").read()
+    cases = {"truncated.safetensors": (raw[: len(raw) // 2], "does not match its data_offsets"),
+             "huge.safetensors": (struct.pack("<Q", 1 << 40) + raw[8:], "does not fit"),
+             "json.safetensors": (raw[:8] + b"{" * 8 + raw[16:], "not JSON"),
+             "empty.safetensors": (b"", "truncated")}
+    for name, (data, want) in cases.items():
+        path = os.path.join(tmp, name)
+        open(path, "wb").write(data)
+        expect_usage_error(["eval", "--model", path, "--data", "idx:" + folder], want)
+    big = make_idx_dir(os.path.join(tmp, "six"), n_train=64, n_test=16, classes=6)
+    expect_usage_error(["eval", "--model", saved, "--data", "idx:" + big], "was trained on")
+    expect_usage_error(["train", "--model", "mlp", "--data", "idx:" + folder, "--steps", "1",
+                        "--save-model", os.path.join(tmp, "m.pt")], "must end in .safetensors")
+
+
 def case_issue16_divergence_stops_with_a_diagnosis(tmp):
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     summary = os.path.join(tmp, "s.json")

@@ -125,6 +125,7 @@ int run_train(const std::vector<std::string>& args) {
   const CheckpointOptions checkpoints = checkpoint_options(f.checkpoints);
   // Fail on an unwritable summary path now, not after the run.
   if (!f.summary_json.empty()) check_writable(f.summary_json, "--summary-json");
+  if (!f.checkpoints.save_model.empty()) check_save_model_path(f.checkpoints.save_model);
   check_sink_paths(f.logdir, f.trace);
   const std::optional<LoadedCheckpoint> resume = find_resume(f.checkpoints);
   // With checkpoints, SIGTERM (a preemption) saves the run before it ends, as Ctrl-C does.
@@ -157,6 +158,8 @@ int run_train(const std::vector<std::string>& args) {
   TrainReport r;
   r.summary = fit(trainer, loader, input.splits, sinks, dp);
   if (dp.env.rank == 0) sinks.record_target(opts, r.summary);
+  if (dp.env.rank == 0 && !r.summary.divergence)
+    save_trained_model(f.checkpoints, *model, rf.model, rf.data, input, r.summary.steps);
   sinks.finish(dp.group.get());
   r.options = opts;
   r.model = model->name();

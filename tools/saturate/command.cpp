@@ -44,6 +44,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"compare", "compare two runs of a workload; exit 1 on a regression", run_compare},
       {"doctor", "check the environment: LibTorch, CUDA, BLAS, threads, data", run_doctor},
+      {"eval", "evaluate a saved model (train --save-model) on a data set's test split", run_eval},
       {"launch", "start the ranks of a data-parallel job (torchrun's contract) and watch them",
        run_launch},
       {"monitor", "watch GPU and CPU utilisation, memory, power and clocks", run_monitor},

@@ -103,6 +103,7 @@ bool stderr_is_tty();
 
 int run_compare(const std::vector<std::string>& args);
 int run_doctor(const std::vector<std::string>& args);
+int run_eval(const std::vector<std::string>& args);
 int run_launch(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
 int run_pack(const std::vector<std::string>& args);

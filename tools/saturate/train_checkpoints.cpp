@@ -9,9 +9,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "command.h"
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
 #include "saturate/core/units.h"
+#include "saturate/models/saved_model.h"
 
 namespace saturate::cli {
 namespace {
@@ -48,6 +50,33 @@ void add_checkpoint_flags(CLI::App& app, CheckpointFlags& f) {
                  "fp16: stop as diverged after N optimizer steps in a row skipped for non-finite "
                  "gradients")
       ->capture_default_str();
+  app.add_option("--save-model", f.save_model,
+                 "write the trained weights to FILE.safetensors (Python: safetensors.torch."
+                 "load_file, then load_state_dict); --model FILE.safetensors trains or evaluates "
+                 "them again");
+}
+
+void check_save_model_path(const std::string& path) {
+  SATURATE_CHECK(is_saved_model_path(path), "train: --save-model ", path,
+                 ": the file name must end in .safetensors");
+  check_writable(path, "--save-model");
+}
+
+void save_trained_model(const CheckpointFlags& f, Model& model, const std::string& model_spec,
+                        const std::string& data_spec, const TrainingInput& input, int64_t steps) {
+  if (f.save_model.empty()) return;
+  SavedModelInfo info;
+  // A model loaded from a saved one is saved as the layers it was built from.
+  info.model = is_saved_model_path(model_spec) ? read_saved_model_info(model_spec).model : model_spec;
+  info.data = data_spec;
+  info.sample_shape = input.sample_shape;
+  info.num_classes = input.num_classes;
+  info.tokens = input.corpus != nullptr;
+  info.normalize_mean = input.splits.normalize_mean;
+  info.normalize_std = input.splits.normalize_std;
+  info.steps = steps;
+  save_model(model, f.save_model, info);
+  SATURATE_LOG_INFO("train: saved the model to ", f.save_model);
 }
 
 CheckpointOptions checkpoint_options(const CheckpointFlags& f) {

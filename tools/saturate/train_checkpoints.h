@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "saturate/data/training_input.h"
+#include "saturate/models/model.h"
 #include "saturate/train/periodic_checkpoints.h"
 #include "saturate/train/trainer.h"
 
@@ -28,6 +30,7 @@ struct CheckpointFlags {
   int keep = 3;
   std::string resume;    ///< a checkpoint folder, or "auto" (--checkpoint-dir's newest, if any)
   int64_t max_skipped_steps = 20;
+  std::string save_model;  ///< --save-model: the trained weights as FILE.safetensors
 };
 
 void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags);
@@ -50,6 +53,13 @@ void check_resumable(const LoadedCheckpoint& checkpoint, const nlohmann::json& r
 /// Prints why the run stopped as diverged and what to try, on `err`.
 void print_divergence(std::ostream& err, const Divergence& d, const TrainOptions& o,
                       const std::string& last_checkpoint);
+/// Refuses (exit 2) a --save-model path that is not FILE.safetensors or cannot be written.
+void check_save_model_path(const std::string& path);
+/// --save-model: writes the trained model and how to feed it (models/saved_model.h) and logs
+/// where. Does nothing when the flag is not given.
+void save_trained_model(const CheckpointFlags& flags, Model& model, const std::string& model_spec,
+                        const std::string& data_spec, const TrainingInput& input, int64_t steps);
+
 /// What a checkpoint must share with the run that continues it (check_resumable compares it).
 nlohmann::json checkpoint_recipe(const std::string& model, const std::string& data,
                                  int64_t train_samples, int world_size, const TrainOptions& o);

@@ -41,6 +41,10 @@ class Model {
   virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters();
   /// Every tensor of the model's state (parameters and buffers), in a stable order.
   virtual std::vector<at::Tensor> state_tensors() = 0;
+  /// state_tensors() by name, as PyTorch's state_dict() names them for the same layers
+  /// ("1.weight" of a Sequential, "h.0.ln_1.weight" of a GPT): what a saved model holds.
+  /// The default: named_parameters(), then the other state tensors as "buffer.N".
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_state();
   virtual void train(bool on = true) = 0;
   virtual bool is_training() const = 0;
   /// Moves parameters and buffers. Build the optimizer after this, not before.
