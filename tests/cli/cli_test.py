@@ -1935,6 +1935,46 @@ def case_issue16_saved_model_loads_in_python(tmp):
                         "--save-model", os.path.join(tmp, "m.pt")], "must end in .safetensors")
 
 
+def case_issue16_data_parallel_resume(tmp):
+    """Two data-parallel ranks stopped by SIGTERM (to the launcher, which passes it on) save a
+    checkpoint (rank 0 writes) and exit 143; --resume auto on two ranks again (every rank loads)
+    ends with weights byte for byte those of an uninterrupted two-rank run."""
+    data = "synthetic:1,28,28,10,600,1000"
+    base = ["train", "--data", data, "--model", "mlp", "--steps", "240", "--batch-size", "16",
+            "--lr", "0.003", "--threads", "1", "--workers", "2", "--no-eval", "-q", "--seed", "3",
+            "--ranks", "2"]
+    whole = os.path.join(tmp, "whole.safetensors")
+    code, _, err = run(*base, "--save-model", whole, timeout=300)
+    if code != 0:
+        fail(f"uninterrupted two-rank run: exit {code}\n{err}")
+    ck, saved = os.path.join(tmp, "ck"), os.path.join(tmp, "resumed.safetensors")
+    cmd = [ARGS.saturate, *base, "--checkpoint-dir", ck, "--checkpoint-every", "3",
+           "--resume", "auto", "--save-model", saved]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not glob.glob(os.path.join(ck, "step-*")):
+        time.sleep(0.05)  # the first checkpoint is there: the ranks are mid-run
+    time.sleep(0.5)
+    if child.poll() is None and child.pid > 1:
+        child.send_signal(signal.SIGTERM)
+    try:
+        _, err = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        fail("the ranks did not stop within 120 s of SIGTERM")
+    if child.returncode != 143:
+        fail(f"SIGTERM: exit {child.returncode}, not 143 (did the run end first?)\n{err}")
+    stopped = max(int(d.split("-")[-1]) for d in glob.glob(os.path.join(ck, "step-*")))
+    if not 0 < stopped < 240:
+        fail(f"the newest checkpoint is at step {stopped}: not mid-run")
+    code, _, err = run(*cmd[1:], timeout=300)
+    if code != 0 or err.count(f"resuming from") != 2:
+        fail(f"resume on two ranks: exit {code}\n{err}")
+    if open(saved, "rb").read() != open(whole, "rb").read():
+        fail(f"resumed at step {stopped}: the weights differ from the uninterrupted run's")
+
+
 def case_issue16_divergence_stops_with_a_diagnosis(tmp):
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     summary = os.path.join(tmp, "s.json")
