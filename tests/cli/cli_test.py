@@ -1975,6 +1975,49 @@ def case_issue16_data_parallel_resume(tmp):
         fail(f"resumed at step {stopped}: the weights differ from the uninterrupted run's")
 
 
+def case_issue16_torchrun_restart_resumes_by_itself(tmp):
+    """Under torchrun --max-restarts 1 with --resume auto, a rank SIGKILLed mid-run makes torchrun
+    restart both; they resume from the newest checkpoint by themselves and the job ends with the
+    weights of an uninterrupted torchrun job, byte for byte."""
+    base = [sys.executable, "-m", "torch.distributed.run", "--no-python", "--standalone",
+            "--nproc-per-node", "2"]
+    train = [ARGS.saturate, "train", "--data", "synthetic:1,28,28,10,600,1000", "--model", "mlp",
+             "--steps", "240", "--batch-size", "16", "--lr", "0.003", "--threads", "1",
+             "--no-eval", "-q", "--seed", "5"]
+    whole = os.path.join(tmp, "whole.safetensors")
+    p = subprocess.run(base + train + ["--save-model", whole], capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        fail(f"uninterrupted torchrun job: exit {p.returncode}\n{p.stderr}")
+    ck, saved = os.path.join(tmp, "ck"), os.path.join(tmp, "restarted.safetensors")
+    argv = base[:3] + ["--max-restarts", "1"] + base[3:] + train + [
+        "--checkpoint-dir", ck, "--checkpoint-every", "3", "--resume", "auto", "--save-model", saved]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not glob.glob(os.path.join(ck, "step-*")):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        ranks = [k for k in children(p.pid) if "train" in open(f"/proc/{k}/cmdline").read()]
+        if len(ranks) != 2 or not int(ranks[1]) > 1:
+            fail(f"torchrun's ranks: {ranks}")
+        os.kill(int(ranks[1]), signal.SIGKILL)
+        try:
+            _, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            fail("the restarted job did not finish within 240 s")
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    if p.returncode != 0 or "resuming from" not in err:
+        fail(f"torchrun --max-restarts 1: exit {p.returncode}, resumed: {'resuming from' in err}"
+             f"\n{err[-3000:]}")
+    if open(saved, "rb").read() != open(whole, "rb").read():
+        fail("after the restart the weights differ from the uninterrupted job's")
+
+
 def case_issue16_divergence_stops_with_a_diagnosis(tmp):
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     summary = os.path.join(tmp, "s.json")
