@@ -11,6 +11,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
+#include "saturate/core/log.h"
 #include "saturate/core/units.h"
 
 namespace saturate {
@@ -147,20 +148,74 @@ void JsonlSink::on_batch_change(int64_t step, int64_t batch, double lr_multiplie
 
 void JsonlSink::on_end() { std::fflush(file_); }
 
-TraceSink::TraceSink(const std::string& path, int track, std::string track_name)
+namespace {
+
+constexpr double kTraceFlushMs = 30000.0;
+constexpr int64_t kMaxTraceBytes = int64_t{1} << 30;
+
+// The events of the trace at `path` from steps before `resume_step` (metadata events are made
+// anew); null when there is no usable trace there.
+std::unique_ptr<nlohmann::json> earlier_events(const std::string& path, int64_t resume_step) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || static_cast<int64_t>(in.tellg()) <= 0) return nullptr;
+  if (static_cast<int64_t>(in.tellg()) > kMaxTraceBytes) {
+    SATURATE_LOG_WARN("telemetry: --trace ", path, " is above 1 GiB; the resumed run starts it anew");
+    return nullptr;
+  }
+  in.seekg(0);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
+    SATURATE_LOG_WARN("telemetry: --trace ", path, " is not a trace; the resumed run starts it anew");
+    return nullptr;
+  }
+  auto kept = std::make_unique<nlohmann::json>(nlohmann::json::array());
+  for (const auto& e : doc["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") == "M" || !e.contains("args")) continue;
+    const nlohmann::json& a = e["args"];
+    if (a.is_object() && a.contains("step") && a["step"].is_number_integer() &&
+        a["step"].get<int64_t>() < resume_step)
+      kept->push_back(e);
+  }
+  return kept;
+}
+
+}  // namespace
+
+TraceSink::TraceSink(const std::string& path, int track, std::string track_name,
+                     int64_t resume_step)
     : track_(track), track_name_(std::move(track_name)), path_(path) {
   if (path.empty()) return;
-  // Create it now: an unwritable path should fail before the run, not after.
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (resume_step >= 0) kept_ = earlier_events(path, resume_step);
+  if (kept_) {
+    for (const auto& e : *kept_)
+      if (e.contains("ts") && e["ts"].is_number())
+        offset_us_ = std::max(offset_us_, e["ts"].get<double>() + e.value("dur", 0.0));
+    timeline_end_us_ = offset_us_;
+  }
+  // Write it now: an unwritable path should fail before the run, not after.
+  std::FILE* f = std::fopen(path.c_str(), kept_ ? "a" : "w");
   SATURATE_CHECK(f != nullptr, "telemetry: cannot write --trace '", path, "': ",
                  std::strerror(errno));
   std::fclose(f);
+  if (kept_) write_file();
+}
+
+TraceSink::~TraceSink() = default;
+
+void TraceSink::write_file() const {
+  // Atomically: a run killed while writing leaves the previous document whole.
+  const std::string tmp = path_ + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) return;  // reported at construction; a vanished folder now loses only the trace
+  const std::string text = json();
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path_.c_str());
 }
 
 void TraceSink::on_step(const StepRecord& r) {
   // Records may arrive late (CUDA timing), so slices sit at the step's recorded start, never
   // before the previous step's end (device time can run past the host's next start).
-  double t = std::max(r.start_ms * 1000.0, timeline_end_us_);
+  double t = std::max(offset_us_ + r.start_ms * 1000.0, timeline_end_us_);
   timeline_end_us_ = t + r.step_ms * 1000.0;
   slices_.push_back({"step " + std::to_string(r.step), t, r.step_ms * 1000.0, r.step});
   const std::pair<const char*, double> phases[] = {
@@ -172,6 +227,10 @@ void TraceSink::on_step(const StepRecord& r) {
     if (ms <= 0) continue;
     slices_.push_back({name, t, ms * 1000.0, r.step});
     t += ms * 1000.0;
+  }
+  if (!path_.empty() && r.start_ms - last_flush_ms_ >= kTraceFlushMs) {
+    last_flush_ms_ = r.start_ms;
+    write_file();
   }
 }
 
@@ -191,6 +250,8 @@ std::string TraceSink::json() const {
                     {"args", {{"sort_index", track_}}}});
   events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1},
                     {"args", {{"name", "training step"}}}});
+  if (kept_)
+    for (const auto& e : *kept_) events.push_back(e);
   for (const auto& s : slices_) {
     const bool is_step = s.name.rfind("step ", 0) == 0;
     events.push_back({{"name", s.name},
@@ -215,12 +276,7 @@ std::string TraceSink::json() const {
 }
 
 void TraceSink::on_end() {
-  if (path_.empty()) return;
-  std::FILE* f = std::fopen(path_.c_str(), "w");
-  if (!f) return;  // reported at construction; a vanished folder now loses only the trace
-  const std::string text = json();
-  std::fwrite(text.data(), 1, text.size(), f);
-  std::fclose(f);
+  if (!path_.empty()) write_file();
 }
 
 std::string merge_traces(const std::vector<std::string>& documents) {

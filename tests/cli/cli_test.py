@@ -2018,6 +2018,40 @@ def case_issue16_torchrun_restart_resumes_by_itself(tmp):
         fail("after the restart the weights differ from the uninterrupted job's")
 
 
+def case_issue16_trace_spans_a_resumed_run(tmp):
+    """--trace of a run stopped by SIGTERM and resumed: one trace with every step once, the
+    resumed steps after the earlier ones on its timeline."""
+    trace, ck = os.path.join(tmp, "trace.json"), os.path.join(tmp, "ck")
+    cmd = [ARGS.saturate, "train", "--data", resume_data(tmp), *RESUME_RUN, "--trace", trace,
+           "--checkpoint-dir", ck, "--checkpoint-every", "3", "--resume", "auto"]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not glob.glob(os.path.join(ck, "step-*")):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    if child.poll() is None and child.pid > 1:
+        child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    if child.returncode != 143:
+        fail(f"SIGTERM: exit {child.returncode}\n{err}")
+    first = json.load(open(trace))["traceEvents"]
+    stopped = max(e["args"]["step"] for e in first if e.get("cat") == "step") + 1
+    code, _, err = run(*cmd[1:])
+    if code != 0:
+        fail(f"resumed run: exit {code}\n{err}")
+    events = json.load(open(trace))["traceEvents"]
+    steps = [e for e in events if e.get("cat") == "step"]
+    numbers = [e["args"]["step"] for e in steps]
+    if sorted(numbers) != list(range(120)):
+        fail(f"the trace holds steps {sorted(set(range(120)) - set(numbers))} missing, "
+             f"{len(numbers)} step slices (stopped after step {stopped})")
+    ts = [e["ts"] for e in sorted(steps, key=lambda e: e["args"]["step"])]
+    if any(b < a for a, b in zip(ts, ts[1:])):
+        fail("the resumed steps do not follow the earlier ones on the timeline")
+    if len([e for e in events if e.get("ph") == "M" and e["name"] == "process_name"]) != 1:
+        fail("the resumed trace repeats its metadata")
+
+
 def case_issue16_divergence_stops_with_a_diagnosis(tmp):
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     summary = os.path.join(tmp, "s.json")

@@ -96,7 +96,7 @@ FileSinks::FileSinks(const std::string& logdir, const std::string& trace_path, M
       if (rank_ == 0) check_writable(trace_path, "--trace");
       trace = std::make_unique<TraceSink>("", rank_, "rank " + std::to_string(rank_));
     } else {
-      trace = std::make_unique<TraceSink>(trace_path);
+      trace = std::make_unique<TraceSink>(trace_path, 0, "", resume_step);
     }
     sinks.add(trace.get());
   }

@@ -8,6 +8,7 @@
 //   TraceSink trace("run/trace.json");
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,12 @@ class JsonlSink : public TelemetrySink {
 /// every rank's document as one trace with merge_traces().
 class TraceSink : public TelemetrySink {
  public:
-  /// `path` empty: collect only (json() gives the document).
-  explicit TraceSink(const std::string& path, int track = 0, std::string track_name = "");
+  /// `path` empty: collect only (json() gives the document). With `resume_step` >= 0 (a run
+  /// resumed at that step) the file's earlier steps are kept and the new ones follow them on
+  /// the timeline; a file that cannot be read as a trace is started afresh, said on the log.
+  explicit TraceSink(const std::string& path, int track = 0, std::string track_name = "",
+                     int64_t resume_step = -1);
+  ~TraceSink() override;
   void on_step(const StepRecord& r) override;
   /// An instant event "batch → N" where the next step starts.
   void on_batch_change(int64_t step, int64_t batch, double lr_multiplier,
@@ -84,6 +89,13 @@ class TraceSink : public TelemetrySink {
     int64_t step;
   };
   std::vector<Instant> instants_;
+  // A resumed run's earlier events (steps before the resume), and where they end.
+  std::unique_ptr<nlohmann::json> kept_;
+  double offset_us_ = 0.0;
+  // The file is rewritten (atomically) every kFlushS seconds of steps, so that a killed run
+  // leaves its trace up to then, and at the end.
+  double last_flush_ms_ = 0.0;
+  void write_file() const;
 };
 
 /// One trace of several TraceSink::json() documents (each its own process track, in order).
