@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -120,9 +121,16 @@ json plan_input(const json& plan, const std::string& path) {
   return in;
 }
 
-// steps.jsonl's evaluation and target lines; false for any other line.
+// steps.jsonl's evaluation, target and divergence lines; false for any other line.
 bool read_eval_or_target(const json& j, const std::string& path, int64_t n, json& in,
                          json& evals) {
+  if (j.value("type", std::string()) == "divergence") {  // the run stopped as diverged
+    SATURATE_CHECK(j.contains("step") && j["step"].is_number() && j.contains("reason") &&
+                       j["reason"].is_string(),
+                   "report: ", path, ": line ", n, ": a divergence record needs a 'step' and a 'reason'");
+    in["divergence"] = j;
+    return true;
+  }
   if (j.value("type", std::string()) == "target") {  // --target: reached or not, and when
     SATURATE_CHECK(j.contains("metric") && j["metric"].is_string() && j.contains("reached") &&
                        j["reached"].is_boolean(),
@@ -171,9 +179,12 @@ json run_input(std::istream& lines, const std::string& path) {
     }
     if (read_eval_or_target(j, path, n, in, evals)) continue;
     if (j.value("type", std::string()) != "step") continue;
-    for (const char* key : {"step", "step_ms", "loss"})
+    for (const char* key : {"step", "step_ms"})
       SATURATE_CHECK(j.contains(key) && j[key].is_number(), "report: ", path, ": line ", n,
                      ": a step record needs a number '", key, "'");
+    // A diverged step's loss is written as null (JSON has no NaN).
+    SATURATE_CHECK(j.contains("loss") && (j["loss"].is_number() || j["loss"].is_null()),
+                   "report: ", path, ": line ", n, ": a step record needs a number 'loss' (or null)");
     steps.push_back(j);
   }
   SATURATE_CHECK(!steps.empty(), "report: ", path, ": no step records (a steps.jsonl of --logdir)");
@@ -194,7 +205,7 @@ json run_input(std::istream& lines, const std::string& path) {
     r.optimizer_ms = j.value("optimizer_ms", 0.0);
     r.communication_ms = j.value("communication_ms", 0.0);
     r.other_ms = j.value("other_ms", 0.0);
-    r.loss = j.value("loss", 0.0);
+    r.loss = j["loss"].is_number() ? j["loss"].get<double>() : std::nan("");
     facts.steps.push_back(r);
     // The noise scale's per-step estimates, where the run measured them.
     const auto sqr = j.find("gns_grad_sqr"), trace = j.find("gns_trace");
@@ -327,9 +338,13 @@ constexpr const char* kScript = R"JS(
     return { label: { text: 'batch size (log scale)', position: 'outer-center' },
              tick: { values: ticks, fit: false, format: function (v) { return short(Math.round(Math.pow(2, v))); } } };
   };
-  function smooth(v, w) {  // trailing mean over w values
-    var out = [], sum = 0;
-    for (var i = 0; i < v.length; i++) { sum += v[i]; if (i >= w) sum -= v[i - w]; out.push(sum / Math.min(i + 1, w)); }
+  function smooth(v, w) {  // trailing mean over w values; null (a non-finite loss) stays a gap
+    var out = [];
+    for (var i = 0; i < v.length; i++) {
+      var sum = 0, n = 0;
+      for (var k = Math.max(0, i - w + 1); k <= i; k++) if (v[k] !== null && isFinite(v[k])) { sum += v[k]; n++; }
+      out.push(v[i] === null || !n ? null : sum / n);
+    }
     return out;
   }
   function headline(lines) {
@@ -461,12 +476,20 @@ constexpr const char* kScript = R"JS(
     var sorted = rate.slice(Math.min(5, Math.floor(rate.length / 5))).sort(function (a, b) { return a - b; });
     var median = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
     var tail = steps.slice(-Math.min(50, steps.length));
+    tail = tail.filter(function (s) { return s.loss !== null; });
     var lastLoss = tail.reduce(function (a, s) { return a + s.loss; }, 0) / Math.max(1, tail.length);
     var lastEval = {};
     (data.evals || []).forEach(function (e) { lastEval[e.metric] = e.value; });
     var evalText = Object.keys(lastEval).map(function (m) { return m + ' ' + (/accuracy/.test(m) ? fmt(100 * lastEval[m], 2) + '%' : fmt(lastEval[m], 4)); }).join(', ');
     var c = data.context || {};
     var lines = [(c.model ? c.model + ' on ' + c.data + ': ' : '') + steps.length + ' steps, ' + total + ' samples, median ' + fmt(median) + ' samples/s'];
+    var dv = data.divergence;
+    if (dv) {  // a diverged run: what happened leads, and what to try
+      var big = function (x) { return Math.abs(x) >= 1e6 ? x.toExponential(3) : fmt(x, 4); };
+      lines.unshift('Training diverged at step ' + dv.step + ': ' + dv.reason +
+                    (dv.last_finite_step >= 0 && dv.last_finite_loss !== null ? '; last finite loss ' + big(dv.last_finite_loss) + ' at step ' + dv.last_finite_step : '') +
+                    '. Try a lower --lr or --clip-grad-norm' + (c.precision === 'fp16' ? ', or bf16 instead of fp16.' : '.'));
+    }
     var tg = data.target;
     if (tg) {  // --target: the time to it leads
       var goal = tg.metric + (/loss/.test(tg.metric) ? ' ≤ ' : ' ≥ ') + fmt(tg.value, 4);

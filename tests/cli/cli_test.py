@@ -2059,7 +2059,8 @@ def case_issue16_divergence_stops_with_a_diagnosis(tmp):
     code, out, err = run("train", "--data", "idx:" + data, "--model", "mlp", "--steps", "300",
                          "--optimizer", "sgd", "--lr", "1e6", "--schedule", "constant",
                          "--threads", "1", "-q", "--summary-json", summary,
-                         "--checkpoint-dir", ck, "--checkpoint-every", "1")
+                         "--checkpoint-dir", ck, "--checkpoint-every", "1",
+                         "--logdir", os.path.join(tmp, "logs"))
     if code != 1:
         fail(f"a diverging run: exit {code}, expected 1\n{out}\n{err}")
     for must in ("training diverged at step", "last finite loss", "try: a lower --lr",
@@ -2074,6 +2075,17 @@ def case_issue16_divergence_stops_with_a_diagnosis(tmp):
     for c in os.listdir(ck):  # never a checkpoint of the diverged state
         if int(c.split("-")[1]) > d["step"]:
             fail(f"checkpoint {c} is past the divergence at step {d['step']}")
+    # The finding is in the run's report: steps.jsonl's divergence line, the headline's first.
+    html = os.path.join(tmp, "run.html")
+    code, out, err = run("report", os.path.join(tmp, "logs", "steps.jsonl"), "--html", html)
+    if code != 0:
+        fail(f"report of a diverged run: exit {code}\n{err}")
+    shots = os.path.dirname(os.path.abspath(ARGS.fixtures))
+    dom = open_in_browser(tmp, html, 3, os.path.join(shots, "report_diverged.png"))
+    head = re.search(r'<div id="headline">(.*?)</div>', dom, re.S)
+    want = f"Training diverged at step {d['step']}: {d['reason']}"
+    if not head or want not in head.group(1) or "lower --lr" not in head.group(1):
+        fail(f"the report's headline lacks '{want}': {head and head.group(1)}")
 
 
 def case_issue15_profile_names_the_slow_rank(tmp):

@@ -158,6 +158,7 @@ int run_train(const std::vector<std::string>& args) {
   TrainReport r;
   r.summary = fit(trainer, loader, input.splits, sinks, dp);
   if (dp.env.rank == 0) sinks.record_target(opts, r.summary);
+  sinks.record_divergence(r.summary);
   if (dp.env.rank == 0 && !r.summary.divergence)
     save_trained_model(f.checkpoints, *model, rf.model, rf.data, input, r.summary.steps);
   sinks.finish(dp.group.get());

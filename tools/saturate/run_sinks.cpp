@@ -50,6 +50,13 @@ void RunSinks::record_target(const TrainOptions& o, const TrainSummary& s) {
   }
 }
 
+void RunSinks::record_divergence(const TrainSummary& s) {
+  if (!s.divergence || !files || !files->jsonl) return;
+  nlohmann::json d = divergence_to_json(s.divergence);
+  d["type"] = "divergence";
+  files->jsonl->write_record(d);
+}
+
 void RunSinks::finish(DistGroup* group) {
   if (sampler) sampler->stop();
   files->finish(group);

@@ -29,6 +29,8 @@ struct RunSinks {
   /// or not, after how many steps, samples and seconds of training) and, when reached, TensorBoard's
   /// eval/target_samples and eval/target_train_s at that step. The report's headline leads with it.
   void record_target(const TrainOptions& o, const TrainSummary& s);
+  /// A diverged run: its diagnosis as a "divergence" line of steps.jsonl (the report shows it).
+  void record_divergence(const TrainSummary& s);
   TelemetrySink* sink() { return sampled ? static_cast<TelemetrySink*>(&*sampled) : &all; }
   void finish(DistGroup* group);
 
