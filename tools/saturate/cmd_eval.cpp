@@ -54,7 +54,8 @@ int run_eval(const std::vector<std::string>& args) {
   app.add_option("--device", f.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op threads (0: one per usable core)");
   app.add_option("--batch-size", f.batch_size, "samples per evaluation batch")->capture_default_str();
-  app.add_option("--seq-len", f.seq_len, "text data: tokens per window (default 128)");
+  app.add_option("--seq-len", f.seq_len,
+                 "text data: tokens per window (default: the length it was trained on)");
   app.add_option("--val-fraction", f.val_fraction,
                  "also evaluate the held-out tail of the training split, as train held it out");
   app.add_flag("--json", f.json, "print the results as JSON");
@@ -67,7 +68,9 @@ int run_eval(const std::vector<std::string>& args) {
   rf.data = f.data.empty() ? info.data : f.data;
   rf.device = f.device;
   rf.threads = f.threads;
-  rf.seq_len = f.seq_len;
+  // A language model is scored on windows of the length it was trained on unless told.
+  rf.seq_len = f.seq_len > 0 || !info.tokens || info.sample_shape.empty() ? f.seq_len
+                                                                          : info.sample_shape[0];
   rf.val_fraction = f.val_fraction;
   rf.train.eval_batch_size = f.batch_size;
   const Recipe recipe = resolve_recipe(rf, "eval");
