@@ -2,10 +2,11 @@
 #include "saturate/core/json.h"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "saturate/core/atomic_file.h"
 
 namespace saturate {
 
@@ -23,19 +24,8 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& value) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    SATURATE_CHECK(out.good(), path, ": cannot write: ", std::strerror(errno));
-    out << value.dump(2) << "\n";
-    out.flush();
-    SATURATE_CHECK(out.good(), path, ": write failed: ", std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    SATURATE_CHECK(false, path, ": cannot write: ", std::strerror(err));
-  }
+  const std::string why = write_file_atomically(path, value.dump(2) + "\n");
+  SATURATE_CHECK(why.empty(), path, ": cannot write: ", why);
 }
 
 }  // namespace saturate

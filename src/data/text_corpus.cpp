@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include "saturate/core/atomic_file.h"
 #include "saturate/core/crc32c.h"
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
@@ -192,23 +193,9 @@ void write_cache(const std::string& path, const Tokenizer& tok,
     }
   }
   h.payload_crc = crc32c(payload.data(), payload.size());
-  const std::string tmp = concat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  SATURATE_CHECK_RUN(fd >= 0, "data: cannot write token cache ", tmp, ": ", std::strerror(errno));
-  bool ok = ::write(fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h);
-  size_t done = 0;
-  while (ok && done < payload.size()) {
-    const ssize_t n = ::write(fd, payload.data() + done, payload.size() - done);
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    SATURATE_CHECK_RUN(false, "data: cannot write token cache ", path, ": ", why);
-  }
+  const std::string why =
+      write_file_atomically(path, {{&h, sizeof h}, {payload.data(), payload.size()}});
+  SATURATE_CHECK_RUN(why.empty(), "data: cannot write token cache ", path, ": ", why);
 }
 
 std::string env_or_empty(const char* name) {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "saturate/core/atomic_file.h"
 #include "saturate/core/crc32c.h"
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
@@ -224,16 +225,9 @@ void train_spm_model(int64_t vocab, const std::vector<std::string>& files,
   args.insert(args.end(), files.begin(), files.end());
   const HelperRun r = run_helper(args, scratch, 600 + static_cast<double>(bytes) / 1e5);
   if (r.code != 0) helper_failed(r, concat("training a SentencePiece model of ", vocab, " pieces"));
-  const std::string tmp = concat(model_path, ".tmp.", ::getpid());
   const std::vector<uint8_t> model = read_file_bytes(scratch.file("m.model"), "data");
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  const bool ok = f != nullptr && std::fwrite(model.data(), 1, model.size(), f) == model.size() &&
-                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  if (f != nullptr) std::fclose(f);
-  if (!ok || ::rename(tmp.c_str(), model_path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    SATURATE_CHECK_RUN(false, "data: cannot write ", model_path);
-  }
+  const std::string why = write_file_atomically(model_path, {{model.data(), model.size()}});
+  SATURATE_CHECK_RUN(why.empty(), "data: cannot write ", model_path, ": ", why);
 }
 
 }  // namespace saturate::detail

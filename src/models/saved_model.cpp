@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "saturate/core/atomic_file.h"
 #include "saturate/core/error.h"
 #include "saturate/core/strings.h"
 
@@ -148,18 +149,6 @@ int open_or_throw(const std::string& path) {
   return fd;
 }
 
-void write_all(int fd, const void* data, size_t n, bool& ok) {
-  const char* p = static_cast<const char*>(data);
-  while (ok && n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    ok = w > 0;
-    if (ok) {
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-}
-
 }  // namespace
 
 bool is_saved_model_path(const std::string& spec) {
@@ -197,20 +186,10 @@ void save_model(Model& model, const std::string& path, const SavedModelInfo& inf
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // the data starts 8-byte aligned
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  const std::string tmp = concat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  SATURATE_CHECK(fd >= 0, "--save-model: cannot write ", path, ": ", std::strerror(errno));
-  bool ok = true;
-  write_all(fd, len, 8, ok);
-  write_all(fd, text.data(), text.size(), ok);
-  for (const auto& [name, c] : tensors) write_all(fd, c.data_ptr(), c.nbytes(), ok);
-  ok = ok && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    SATURATE_CHECK_RUN(false, "--save-model: cannot write ", path, ": ", why);
-  }
+  std::vector<ByteRun> runs = {{len, 8}, {text.data(), text.size()}};
+  for (const auto& [name, c] : tensors) runs.push_back({c.data_ptr(), c.nbytes()});
+  const std::string why = write_file_atomically(path, runs);
+  SATURATE_CHECK_RUN(why.empty(), "--save-model: cannot write ", path, ": ", why);
 }
 
 SavedModelInfo read_saved_model_info(const std::string& path) {

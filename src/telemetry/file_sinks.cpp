@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "saturate/core/atomic_file.h"
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
@@ -203,13 +204,9 @@ TraceSink::TraceSink(const std::string& path, int track, std::string track_name,
 TraceSink::~TraceSink() = default;
 
 void TraceSink::write_file() const {
-  // Atomically: a run killed while writing leaves the previous document whole.
-  const std::string tmp = path_ + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return;  // reported at construction; a vanished folder now loses only the trace
-  const std::string text = json();
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path_.c_str());
+  // Atomically: a run killed while writing leaves the previous document whole. A failure
+  // (reported at construction; a vanished folder now) loses only the trace.
+  write_file_atomically(path_, json());
 }
 
 void TraceSink::on_step(const StepRecord& r) {

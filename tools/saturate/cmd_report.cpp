@@ -3,12 +3,12 @@
 // tune's stages, throughput and memory against batch size, step breakdown, loss curves,
 // findings and context, charted by the inlined c3/d3.
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "command.h"
+#include "saturate/core/atomic_file.h"
 #include "saturate/core/error.h"
 #include "saturate/report/html_report.h"
 
@@ -25,13 +25,9 @@ int run_report(const std::vector<std::string>& args) {
   check_writable(html_path, "--html");
   const nlohmann::json input = read_report_input(input_path);
   const std::string html = html_report(input, load_report_assets());
-  // Written whole to a temporary file, then renamed: a failure leaves no half report.
-  const std::string tmp = html_path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  SATURATE_CHECK(f != nullptr, "report: cannot write ", html_path);
-  const bool ok = std::fwrite(html.data(), 1, html.size(), f) == html.size();
-  SATURATE_CHECK(std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), html_path.c_str()) == 0,
-                 "report: cannot write ", html_path);
+  // Written whole or not at all: a failure leaves no half report.
+  const std::string why = write_file_atomically(html_path, html);
+  SATURATE_CHECK(why.empty(), "report: cannot write ", html_path, ": ", why);
   std::cout << "saturate report: " << input_path << " (" << input.value("kind", std::string())
             << ") -> " << html_path << " (" << html.size() / 1024 << " KiB, works offline)\n";
   return 0;
