@@ -15,7 +15,9 @@ and the ratios are given by both. The largest batch and the grid run at the plan
 precision, layout and threads (`--config plan.json` with the batch and LR overridden); the
 user's default runs as the user gave it. The largest batch takes the square-root rule (what a
 throughput-only finder does); the grid the LR rule of the optimizer (square root for AdamW,
-linear for SGD). With a goodput curve in the plan, the plan also runs with --adaptive-batch.
+linear for SGD). With a goodput curve in the plan, the plan also runs with --adaptive-batch;
+the user's default also runs with --adaptive-batch and no plan (the run measures its own
+samples/s).
 
 Usage (from the repository root, after `make build`):
   python3 bench/time_to_target.py --model mlp --target 0.85 [--optimizer adamw --lr 0.003]
@@ -168,6 +170,8 @@ def main():
             points["adaptive"] = Point("plan, --adaptive-batch", cfg["batch_size"], cfg["lr"],
                                        at_plan + ("--adaptive-batch",))
         points["user"] = Point("user default", args.batch, args.lr)
+        points["user_adaptive"] = Point("user, --adaptive-batch (no plan)", args.batch, args.lr,
+                                        ("--adaptive-batch",))
         largest = max(t["config"]["batch_size"] for t in p["trials"]
                       if t.get("outcome", "fits") == "fits")
         points["largest"] = Point("largest that fits, sqrt LR", largest,

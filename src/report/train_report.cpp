@@ -91,6 +91,7 @@ void add_results(const TrainReport& r, json& j) {
                          {"gain", c.gain},
                          {"lr_multiplier", c.lr_multiplier},
                          {"predicted_speedup", c.predicted_speedup},
+                         {"kind", c.kind},
                          {"why", c.why}});
     j["adaptive_batch"] = {{"changes", changes}};
   }
@@ -227,7 +228,8 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
     std::string changes;
     for (const BatchChange& c : s.batch_changes)
       changes += (changes.empty() ? "" : ", ") + std::to_string(c.to) + " at step " +
-                 std::to_string(c.step) + " (lr ×" + format_fixed(c.lr_multiplier, 2) + ")";
+                 std::to_string(c.step) + " (" + (c.kind == "try" ? "tried, " : c.kind == "undo" ? "undone, " : "") +
+                 "lr ×" + format_fixed(c.lr_multiplier, 2) + ")";
     row("adaptive batch", changes.empty() ? "stayed at " + std::to_string(o.batch_size) +
                                                 " (no doubling was predicted to pay)"
                                           : std::to_string(o.batch_size) + " → " + changes);

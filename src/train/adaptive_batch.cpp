@@ -58,4 +58,72 @@ std::optional<BatchChange> next_batch_change(const AdaptiveBatchRule& rule, int6
   return c;
 }
 
+namespace {
+
+bool estimate_usable(const AdaptiveBatchRule& rule, int64_t current, const NoiseScaleEstimate& n) {
+  return n.steps >= kNoiseMinSteps && std::isfinite(n.low) && n.low >= 0 && rule.b0 > 0 &&
+         current > 0;
+}
+
+// Efficiency of a sample at per-rank batch `to` relative to `from`: (φ + B)/(φ + 2B) globally.
+double worth(const AdaptiveBatchRule& rule, double phi, int64_t from, int64_t to) {
+  const double w = static_cast<double>(rule.world);
+  return (phi + w * static_cast<double>(from)) / (phi + w * static_cast<double>(to));
+}
+
+}  // namespace
+
+std::optional<BatchChange> next_batch_trial(const AdaptiveBatchRule& rule, int64_t current,
+                                            const NoiseScaleEstimate& noise, int64_t step) {
+  if (!estimate_usable(rule, current, noise)) return std::nullopt;
+  const int64_t to = 2 * current;
+  if (curve_samples_per_s(rule.curve, current) <= 0 || curve_samples_per_s(rule.curve, to) > 0)
+    return std::nullopt;
+  const double phi = noise.low;
+  const double e = worth(rule, phi, current, to);
+  const double best = 2 * e;
+  if (best < 1 + rule.min_gain) return std::nullopt;
+  BatchChange c;
+  c.kind = "try";
+  c.step = step;
+  c.from = current;
+  c.to = to;
+  c.phi = phi;
+  const double w = static_cast<double>(rule.world);
+  c.gain = gain_ratio(phi, w * static_cast<double>(rule.b0), w * static_cast<double>(to));
+  c.lr_multiplier = gain_lr_multiplier(c.gain, rule.optimizer);
+  c.predicted_speedup = best;
+  c.why = concat("φ ≥ ", format_fixed(phi, 0), " (", noise.steps, " steps): each sample of batch ",
+                 to, " is worth ", format_fixed(e, 2), " of one of ", current,
+                 ", so it pays if it runs ≥ ", format_fixed((1 + rule.min_gain) / e, 2),
+                 "× the samples/s; trying it to measure (learning rate ×",
+                 format_fixed(c.lr_multiplier, 2), ", ", gain_rule_name(rule.optimizer), ")");
+  return c;
+}
+
+BatchChange undo_batch_trial(const AdaptiveBatchRule& rule, int64_t tried,
+                             const NoiseScaleEstimate& noise, int64_t step, double lr_multiplier) {
+  const int64_t back = tried / 2;
+  const double x = curve_samples_per_s(rule.curve, back);
+  const double x2 = curve_samples_per_s(rule.curve, tried);
+  const double phi = std::isfinite(noise.low) && noise.low >= 0 ? noise.low : 0;
+  const double e = worth(rule, phi, back, tried);
+  BatchChange c;
+  c.kind = "undo";
+  c.step = step;
+  c.from = tried;
+  c.to = back;
+  c.phi = phi;
+  c.gain = 1;
+  c.lr_multiplier = lr_multiplier;
+  c.predicted_speedup = x > 0 ? x2 * e / x : 0;
+  c.why = concat("batch ", tried, " measured ", format_fixed(x > 0 ? x2 / x : 0, 2),
+                 "× the samples/s of ", back, " (", format_fixed(x2, 0), " against ",
+                 format_fixed(x, 0), ") with each sample worth ", format_fixed(e, 2), " at φ ≥ ",
+                 format_fixed(phi, 0), ": predicted ", format_fixed(c.predicted_speedup, 2),
+                 "× as fast to a target (needs ≥ ", format_fixed(1 + rule.min_gain, 2),
+                 "); back to ", back, ", and ", tried, " is not tried again");
+  return c;
+}
+
 }  // namespace saturate

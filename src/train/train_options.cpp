@@ -77,10 +77,6 @@ void TrainOptions::validate() const {
     SATURATE_CHECK(noise_scale,
                    "train: --adaptive-batch follows the gradient noise scale; it cannot run with "
                    "--no-noise-scale");
-    SATURATE_CHECK(!adaptive_curve.empty(),
-                   "train: --adaptive-batch needs the samples/s a plan measured by batch size: "
-                   "give --config plan.json from `saturate tune --effective-batch auto` (its "
-                   "goodput curve)");
   }
 }
 

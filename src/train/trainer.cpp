@@ -393,6 +393,12 @@ class Trainer::FitLoop {
   Batch next_step_batch(StepRecord& r);
   int64_t step_accumulate(int64_t step, int64_t samples) const;
   void adapt(int64_t step);
+  // Without a plan's curve: this rank's samples/s at the current batch since it began, and
+  // whether twice its peak memory fits the limit; the tried batch kept or undone.
+  double measured_samples_per_s(int64_t step) const;
+  bool doubled_fits(int64_t step) const;
+  void settle_trial(int64_t step, int64_t current, const NoiseScaleEstimate& n);
+  void apply_change(const BatchChange& c, int64_t per_step);
   bool more_steps() const { return adaptive_ ? consumed() < total_ : run_.step < total_; }
   at::Tensor train_step_or_oom(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                                int64_t step, std::string& oom);
@@ -453,6 +459,12 @@ class Trainer::FitLoop {
   bool adaptive_ = false;
   AdaptiveBatchRule rule_;
   int64_t max_micro_ = 0;  // the largest step run whole: the plan's largest measured batch
+  // No plan's curve: the run measures its own (rule_.curve), from the step its batch began.
+  bool measure_ = false;
+  int64_t batch_since_ = 0;
+  bool trying_ = false;
+  double lr_before_trial_ = 1;
+  double trial_phi_ = 0;  // the φ credited when the trial began
 };
 
 // --adaptive-batch decides this often, and measures the noise scale on every this-many-th step
@@ -486,11 +498,16 @@ Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetS
     rule_.world = t_.sync_ ? t_.sync_->world_size() : 1;
     rule_.curve = o.adaptive_curve;
     rule_.optimizer = o.optimizer;
+    measure_ = o.adaptive_curve.empty();
+    batch_since_ = first_;
     // The user's own split into micro-batches stands (a memory limit the plan did not see);
-    // without one, a step runs whole up to the largest batch the plan measured.
+    // without one, a step runs whole up to the largest batch the plan measured (any batch,
+    // when the run measures its own: a tried batch must run whole to be measured).
     max_micro_ = (o.batch_size + o.accumulate - 1) / o.accumulate;
-    if (o.accumulate == 1)
+    if (o.accumulate == 1) {
       for (const auto& point : o.adaptive_curve) max_micro_ = std::max(max_micro_, point.first);
+      if (measure_) max_micro_ = std::numeric_limits<int64_t>::max() / 4;
+    }
   }
 }
 
@@ -664,28 +681,101 @@ int64_t Trainer::FitLoop::step_accumulate(int64_t step, int64_t samples) const {
 }
 
 // Whether to double the batch before `step`: every rank reads the same records (all-reduced
-// norms) but the estimate is averaged across ranks anyway, so they decide alike.
+// norms) but the estimate is averaged across ranks anyway, so they decide alike. Without a
+// plan's curve the ranks also average their measured samples/s and agree on the memory room.
 void Trainer::FitLoop::adapt(int64_t step) {
   drain();
   NoiseScaleEstimate n = noise_.estimate();
   const NoiseScaleEstimate pre = noise_precond_.estimate();
   if (rule_.optimizer == OptimizerKind::kAdamW && pre.is_resolved()) n = pre;
+  const int64_t current = run_.adaptive_per_step * t_.options_.batch_size;
+  double x = measure_ ? measured_samples_per_s(step) : 0;
+  bool fits = measure_ && doubled_fits(step);
   if (agree_) {
-    std::vector<double> v = {n.low, static_cast<double>(n.steps)};
+    std::vector<double> v = {n.low, static_cast<double>(n.steps), x, fits ? 1.0 : 0.0};
     t_.sync_->sum_across_ranks(v);
     n.low = v[0] / rule_.world;
     n.steps = static_cast<int64_t>(v[1] / rule_.world);
+    x = v[2] / rule_.world;
+    fits = v[3] >= rule_.world - 0.5;
   }
   // After the collective: every rank makes it, a diverged one too (it stops at the boundary).
   if (summary_.divergence) return;
-  const int64_t current = run_.adaptive_per_step * t_.options_.batch_size;
-  const std::optional<BatchChange> c = next_batch_change(rule_, current, n, step);
+  if (measure_ && x > 0) {
+    auto& curve = rule_.curve;
+    auto at = std::find_if(curve.begin(), curve.end(), [&](const auto& p) { return p.first == current; });
+    if (at != curve.end()) at->second = x;
+    else curve.emplace_back(current, x);
+    std::sort(curve.begin(), curve.end());
+  }
+  if (measure_ && trying_) {
+    settle_trial(step, current, n);
+    return;
+  }
+  std::optional<BatchChange> c = next_batch_change(rule_, current, n, step);
+  if (!c && measure_ && fits) c = next_batch_trial(rule_, current, n, step);
   if (!c) return;
-  run_.adaptive_per_step *= 2;
-  run_.adaptive_lr_multiplier = c->lr_multiplier;
-  summary_.batch_changes.push_back(*c);
-  SATURATE_LOG_INFO("train: step ", step, ": batch ", c->from, " → ", c->to, ": ", c->why);
-  if (sink_) sink_->on_batch_change(step, c->to, c->lr_multiplier, c->why);
+  if (c->kind == "try") {
+    trying_ = true;
+    lr_before_trial_ = run_.adaptive_lr_multiplier;
+    trial_phi_ = c->phi;
+  }
+  apply_change(*c, run_.adaptive_per_step * 2);
+}
+
+void Trainer::FitLoop::apply_change(const BatchChange& c, int64_t per_step) {
+  run_.adaptive_per_step = per_step;
+  run_.adaptive_lr_multiplier = c.lr_multiplier;
+  batch_since_ = c.step;
+  summary_.batch_changes.push_back(c);
+  SATURATE_LOG_INFO("train: step ", c.step, ": batch ", c.from, " → ", c.to,
+                    c.kind == "try" ? " (tried)" : c.kind == "undo" ? " (undone)" : "", ": ", c.why);
+  if (sink_) sink_->on_batch_change(c.step, c.to, c.lr_multiplier, c.why);
+}
+
+// The tried batch has run since the trial began and is measured: kept when growing to it from
+// half of it is now predicted to pay on the measured curve, undone otherwise. The trial tests
+// the samples/s, so it is judged at the φ that started it unless the estimate now credits more
+// (its lower end moves between decisions as the interval breathes).
+void Trainer::FitLoop::settle_trial(int64_t step, int64_t current, const NoiseScaleEstimate& n) {
+  trying_ = false;
+  NoiseScaleEstimate judged = n;
+  if (!(judged.low >= trial_phi_)) judged.low = trial_phi_;
+  judged.steps = std::max(judged.steps, kNoiseMinSteps);
+  const int64_t before = current / 2;
+  if (const auto keep = next_batch_change(rule_, before, judged, step)) {
+    SATURATE_LOG_INFO("train: step ", step, ": batch ", current, " kept: ", keep->why);
+    return;
+  }
+  apply_change(undo_batch_trial(rule_, current, judged, step, lr_before_trial_),
+               run_.adaptive_per_step / 2);
+}
+
+// The median samples/s of this rank's steps at the current batch, past the first few after it
+// began (allocations settle); 0 with fewer than 10 such steps.
+double Trainer::FitLoop::measured_samples_per_s(int64_t step) const {
+  constexpr int64_t kSettle = 5, kLast = 200;
+  std::vector<double> xs;
+  for (auto it = run_.records.rbegin(); it != run_.records.rend() && xs.size() < kLast; ++it) {
+    if (it->step < batch_since_ + kSettle) break;
+    if (it->step < step && it->step_ms > 0) xs.push_back(it->samples / (it->step_ms / 1000.0));
+  }
+  if (xs.size() < 10) return 0;
+  std::nth_element(xs.begin(), xs.begin() + xs.size() / 2, xs.end());
+  return xs[xs.size() / 2];
+}
+
+// Twice the current batch's peak memory (weights and optimizer state, which do not double,
+// included: an over-estimate) within the device's limit; true when no limit is known.
+bool Trainer::FitLoop::doubled_fits(int64_t step) const {
+  const int64_t limit = t_.memory_ ? t_.memory_->limit_bytes() : 0;
+  if (limit <= 0) return true;
+  int64_t peak = 0;
+  for (auto it = run_.records.rbegin(); it != run_.records.rend(); ++it) {
+    if (it->step < batch_since_) break;
+    if (it->step < step) peak = std::max(peak, it->peak_memory_bytes);
+  }
+  return peak > 0 && 2 * peak <= limit;
 }
 
 // Trainer::train_step, with its out-of-memory kept in `oom` when the ranks agree on it, and a

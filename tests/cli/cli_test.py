@@ -2701,17 +2701,31 @@ def case_issue35_adaptive_batch(tmp):
     marks = [e for e in json.load(open(trace))["traceEvents"] if e.get("cat") == "batch_change"]
     if len(marks) != 1 or marks[0]["ph"] != "i" or "128" not in marks[0]["name"]:
         fail(f"the trace's batch-change mark: {marks}")
-    # Bad input: no plan, a fixed-batch plan rule, no noise scale, a batch the plan never measured.
-    expect_usage_error(["train", "--data", "idx:" + data, "--model", "mlp", "--adaptive-batch"],
-                       "--config plan.json")
+    # Without a plan (or with one that measured no curve) the run measures its own samples/s:
+    # every doubling it takes is first tried, and one it undoes goes back to the batch before.
+    bare = plan("bare.json", "unchanged", [])
+    for how in (["--data", "idx:" + data, "--model", "mlp", "--optimizer", "sgd", "--lr", "0.01"],
+                ["--config", bare]):
+        code, out, err = run("train", *how, "--adaptive-batch", "--steps", "200", "--no-eval",
+                             "--summary-json", path, "-q")
+        if code != 0:
+            fail(f"train --adaptive-batch {how[0]}: exit {code}\n{err}")
+        changes = json.load(open(path))["adaptive_batch"]["changes"]
+        tried = set()
+        for c in changes:
+            if c["kind"] == "try":
+                if c["to"] != 2 * c["from"] or c["to"] in tried:
+                    fail(f"a trial is one doubling of a batch not tried before: {changes}")
+                tried.add(c["to"])
+            elif c["kind"] != "undo" or c["from"] not in tried or c["to"] * 2 != c["from"]:
+                fail(f"without a curve a run only tries and undoes doublings: {changes}")
+    # Bad input: a fixed-batch plan rule, no noise scale, a batch the plan never measured.
     kept = plan("kept.json", "kept", [(64, 1000.0), (128, 10000.0)])
     expect_usage_error(["train", "--config", kept, "--adaptive-batch"], "'kept'")
     expect_usage_error(["train", "--config", grows, "--adaptive-batch", "--no-noise-scale"],
                        "--no-noise-scale")
     expect_usage_error(["train", "--config", grows, "--adaptive-batch", "--batch-size", "32"],
                        "batch 32 is not among the batches the plan measured (64, 128)")
-    bare = plan("bare.json", "unchanged", [])
-    expect_usage_error(["train", "--config", bare, "--adaptive-batch"], "no goodput curve")
 
 
 def case_issue35_adaptive_batch_on_two_ranks(tmp):
@@ -2774,6 +2788,7 @@ def case_issue18_gpt_learns_below_unigram_entropy(tmp):
     summary, logdir = os.path.join(tmp, "s.json"), os.path.join(tmp, "run")
     code, out, err = run("train", "--model", "gpt-mini", "--data", "text:" + LICENSES,
                          "--seq-len", "64", "--batch-size", "16", "--steps", "300", "--lr", "1e-3",
+                         "--threads", "1",  # two threads each beside another test's: 10x slower
                          "--summary-json", summary, "--logdir", logdir, timeout=400)
     if code != 0:
         fail(f"train exit {code}\n{err}")
@@ -2808,7 +2823,7 @@ def case_issue18_gpt_on_a_trained_sentencepiece(tmp):
     data = "text:" + LICENSES + ",tokenizer=train-spm:512"
     summary = os.path.join(tmp, "s.json")
     code, out, err = run("train", "--model", "gpt-mini", "--data", data, "--seq-len", "32",
-                         "--batch-size", "16", "--steps", "250", "--lr", "2e-3",
+                         "--batch-size", "16", "--steps", "250", "--lr", "2e-3", "--threads", "1",
                          "--summary-json", summary, timeout=400)
     if code != 0:
         fail(f"train exit {code}\n{err}")

@@ -70,6 +70,14 @@ DatasetSplits make_noisy_pattern_splits() {
   return data;
 }
 
+DatasetSplits make_very_noisy_pattern_splits() {
+  DatasetSplits data = make_pattern_splits(4096, 64, 8);
+  at::Tensor& y = data.train.targets;
+  for (int64_t i = 0; i < data.train.size(); ++i)
+    if (i % 3 != 0) y[i] = (y[i].item<int64_t>() + 1 + i % 7) % 8;
+  return data;
+}
+
 std::unique_ptr<Model> warmed_linear_model(const DatasetSplits& data) {
   seed_everything(3);
   auto model = make_linear_model({data.train.sample_shape(), data.train.num_classes});

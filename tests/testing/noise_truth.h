@@ -32,6 +32,9 @@ std::unique_ptr<Model> make_linear_model(const ModelInputs& in);
 /// The estimator tests' problem: the pattern data (4096 training samples, 8 classes) with every
 /// third training label wrong, so that the gradient neither vanishes nor is all signal.
 DatasetSplits make_noisy_pattern_splits();
+/// The same with two in every three training labels moved to one of the other classes: far
+/// more noise against the same signal, so a larger φ.
+DatasetSplits make_very_noisy_pattern_splits();
 /// A linear model on those splits after 10 plain-SGD steps (seeded: the same on every rank).
 /// Train it further with a learning rate too small to move it (1e-30, no momentum or decay) and
 /// every step samples one fixed gradient distribution, whose truth exact_noise gives.

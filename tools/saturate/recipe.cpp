@@ -88,8 +88,9 @@ void add_step_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
     app.add_flag("--adaptive-batch", t.adaptive_batch,
                  "grow the batch (doubling, only upward) and the learning rate (gain rule) as the "
                  "gradient noise scale grows, at the samples/s the plan measured by batch "
-                 "(needs --config plan.json from tune --effective-batch auto); --steps and "
-                 "--epochs count steps of the starting batch");
+                 "(--config plan.json from tune --effective-batch auto) or, without one, at "
+                 "what the run measures: each doubling is tried, then kept or undone; --steps "
+                 "and --epochs count steps of the starting batch");
   app.add_flag("--no-noise-scale", f.no_noise_scale,
                "do not measure the gradient noise scale (measured by default wherever a step has "
                "two gradients at the same weights: --accumulate > 1 or data parallel)");
@@ -169,8 +170,11 @@ void adaptive_batch_from_plan(const Plan& plan, RecipeFlags& f) {
     measured += (measured.empty() ? "" : ", ") + std::to_string(p.batch);
     on_curve = on_curve || p.batch == f.train.batch_size;
   }
-  SATURATE_CHECK(!plan.goodput.curve.empty(), "train: --adaptive-batch: the plan has no goodput "
-                 "curve (samples/s by batch); tune with --effective-batch auto to measure it");
+  if (plan.goodput.curve.empty()) {
+    SATURATE_LOG_INFO("train: --adaptive-batch: the plan has no goodput curve (samples/s by "
+                      "batch), so the run measures its own, trying each doubling before keeping it");
+    return;
+  }
   SATURATE_CHECK(on_curve, "train: --adaptive-batch: batch ", f.train.batch_size,
                  " is not among the batches the plan measured (", measured, ")");
 }

@@ -3,10 +3,15 @@
 // Adaptive batch (`train --adaptive-batch`, after AdaptDL): as training goes on the gradient
 // noise scale φ grows, and a batch that wasted samples early stops wasting them. Every few
 // steps the run asks whether doubling its batch would reach a target sooner: goodput at 2B over
-// goodput at B is x(2B)(φ + B)/(x(B)(φ + 2B)), with x the measured samples/s (a plan's curve)
-// and φ the interval's lower end. The batch only grows, one doubling at a time, never past
-// the largest measured batch; the learning rate follows the gain rule (AdaScale's r for SGD,
-// its square root for AdamW), from the run's starting batch and LR.
+// goodput at B is x(2B)(φ + B)/(x(B)(φ + 2B)), with x the measured samples/s and φ the
+// interval's lower end. The learning rate follows the gain rule (AdaScale's r for SGD, its
+// square root for AdamW), from the run's starting batch and LR.
+//
+// With a plan, x is the plan's curve: the batch only grows, one doubling at a time, never past
+// the largest batch the plan measured. Without one, x is what the run itself measures: a
+// doubling that could pay (at twice the samples/s) is tried for a while and measured, then
+// kept if the measurement says it pays and undone otherwise; a batch once measured is never
+// tried again, so a run tries each size at most once.
 //
 //   AdaptiveBatchRule rule{.b0 = 64, .world = 1, .curve = plan_curve,
 //                          .optimizer = OptimizerKind::kAdamW};
@@ -33,7 +38,8 @@ std::string gain_rule_name(OptimizerKind optimizer);
 struct AdaptiveBatchRule {
   int64_t b0 = 0;  ///< the run's starting batch per rank (its LR is the base LR)
   int world = 1;   ///< ranks: φ is in global samples, so efficiency is taken at world × batch
-  /// Measured samples/s per rank by batch per rank, ascending (a plan's goodput curve).
+  /// Measured samples/s per rank by batch per rank, ascending (a plan's goodput curve, or what
+  /// the run measured so far).
   std::vector<std::pair<int64_t, double>> curve;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   double min_gain = 0.05;  ///< predicted goodput gain a doubling needs (AdaptDL's 5%)
@@ -47,6 +53,10 @@ struct BatchChange {
   double gain = 1;           ///< r(φ, b0, to) at the global batches
   double lr_multiplier = 1;  ///< of the base LR
   double predicted_speedup = 1;  ///< goodput at `to` over goodput at `from`
+  /// "grow" (predicted from measured samples/s), "try" (the doubled batch is run to measure it;
+  /// predicted_speedup is then the most it could give, at twice the samples/s) or "undo" (a
+  /// tried batch measured too slow: back to `to`).
+  std::string kind = "grow";
   std::string why;
 };
 
@@ -59,5 +69,17 @@ double curve_samples_per_s(const std::vector<std::pair<int64_t, double>>& curve,
 /// only when the predicted goodput gain is at least min_gain. `step` goes into the change.
 std::optional<BatchChange> next_batch_change(const AdaptiveBatchRule& rule, int64_t current,
                                              const NoiseScaleEstimate& noise, int64_t step);
+
+/// Without a measured 2 × `current` (a run without a plan): whether to try it. Under the same
+/// conditions on the estimate as next_batch_change, it is tried when `current` is measured and
+/// the doubling could pay at all: at twice the samples/s (more than a doubling rarely gives)
+/// goodput would rise by min_gain. The change is of kind "try".
+std::optional<BatchChange> next_batch_trial(const AdaptiveBatchRule& rule, int64_t current,
+                                            const NoiseScaleEstimate& noise, int64_t step);
+
+/// The change back from tried batch `tried` to half of it, why in numbers from the measured
+/// curve (kind "undo"); `lr_multiplier` is the one before the trial.
+BatchChange undo_batch_trial(const AdaptiveBatchRule& rule, int64_t tried,
+                             const NoiseScaleEstimate& noise, int64_t step, double lr_multiplier);
 
 }  // namespace saturate

@@ -90,6 +90,7 @@ struct TrainOptions {
   bool adaptive_batch = false;
   /// Measured samples/s per rank by batch per rank, ascending: the plan's goodput curve. The
   /// largest batch in it is the largest step run without accumulation (it fitted in the tune).
+  /// Empty: the run measures its own, trying each doubling before it keeps it (adaptive_batch.h).
   std::vector<std::pair<int64_t, double>> adaptive_curve;
   /// Divergence under fp16: this many optimizer steps in a row skipped for non-finite
   /// gradients stop the run (the loss scale cannot recover it). Under fp32/bf16 one non-finite

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/models/model.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/train/trainer.h"
 #include "testing/noise_truth.h"
@@ -174,12 +176,134 @@ TEST(AdaptiveBatch, TheUsersOwnMicroBatchesStandWhenTheBatchGrows) {
     }
 }
 
-TEST(AdaptiveBatch, NeedsACurveAndTheNoiseScale) {
+TEST(AdaptiveBatch, NeedsTheNoiseScaleButNotACurve) {
   TrainOptions o = adaptive({});
-  EXPECT_THROW(o.validate(), Error);
+  EXPECT_NO_THROW(o.validate()) << "without a plan's curve the run measures its own";
   o = adaptive({{64, 1000}});
   o.noise_scale = false;
   EXPECT_THROW(o.validate(), Error);
+}
+
+TEST(AdaptiveBatch, WithoutACurveADoublingIsTriedWhenItCouldPayAndUndoneInNumbers) {
+  AdaptiveBatchRule r = rule({{64, 1000}});
+  // φ credited 200: each sample of 128 is worth 264/328 = 0.80, so at twice the samples/s the
+  // doubling would give 1.61: worth trying, and it pays if it runs ≥ 1.05/0.80 = 1.30×.
+  const auto t = next_batch_trial(r, 64, estimate(300, 200), 50);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->kind, "try");
+  EXPECT_EQ(t->to, 128);
+  EXPECT_NEAR(t->predicted_speedup, 2 * 264.0 / 328.0, 1e-9);
+  EXPECT_NE(t->why.find("1.30×"), std::string::npos) << t->why;
+  EXPECT_NEAR(t->lr_multiplier, t->gain, 1e-12);
+  // φ credited 5: each sample of 128 is worth 69/133 = 0.52; even 2× the samples/s gives 1.04.
+  EXPECT_FALSE(next_batch_trial(r, 64, estimate(10, 5), 50).has_value());
+  // Not without the current batch measured, nor once 128 is measured (then the rule decides).
+  EXPECT_FALSE(next_batch_trial(rule({}), 64, estimate(300, 200), 50).has_value());
+  r.curve.emplace_back(128, 1100);
+  EXPECT_FALSE(next_batch_trial(r, 64, estimate(300, 200), 50).has_value());
+  // Measured 1.1×: 1.1 × 0.80 = 0.89, so the trial is undone, back to the LR before it.
+  EXPECT_FALSE(next_batch_change(r, 64, estimate(300, 200), 100).has_value());
+  const BatchChange u = undo_batch_trial(r, 128, estimate(300, 200), 100, 1.0);
+  EXPECT_EQ(u.kind, "undo");
+  EXPECT_EQ(u.from, 128);
+  EXPECT_EQ(u.to, 64);
+  EXPECT_EQ(u.lr_multiplier, 1.0);
+  EXPECT_NEAR(u.predicted_speedup, 1.1 * 264.0 / 328.0, 1e-9);
+  EXPECT_NE(u.why.find("1.10× the samples/s of 64"), std::string::npos) << u.why;
+}
+
+// The linear model with extra compute beside it whose output is multiplied by 0, so the
+// gradient, and the noise truth, are the linear model's. kPerSample: every sample costs the same
+// (doubling the batch nearly doubles the step time: samples/s barely moves). kPerStep: a fixed
+// cost per step, as when a small model's step is launch- or overhead-bound (doubling the batch
+// nearly doubles samples/s).
+class ExtraWork final : public Model {
+ public:
+  enum Kind { kPerSample, kPerStep };
+  ExtraWork(std::unique_ptr<Model> inner, int64_t in_features, Kind kind)
+      : inner_(std::move(inner)), kind_(kind),
+        w_(torch::randn({in_features, 256}) / std::sqrt(static_cast<double>(in_features))),
+        w2_(torch::randn({256, 256}) / 16.0), fixed_(torch::randn({192, in_features})) {}
+  std::string name() const override { return "extra-work"; }
+  at::Tensor forward(const at::Tensor& x) override {
+    const at::Tensor rows = kind_ == kPerSample ? x.flatten(1).detach() : fixed_;
+    at::Tensor h = torch::tanh(rows.matmul(w_));
+    for (int i = 0; i < 4; ++i) h = torch::tanh(h.matmul(w2_));
+    const at::Tensor extra = kind_ == kPerSample ? h.sum(1, /*keepdim=*/true) : h.sum();
+    return inner_->forward(x) + 0.0 * extra;
+  }
+  std::vector<at::Tensor> parameters() override { return inner_->parameters(); }
+  std::vector<at::Tensor> state_tensors() override { return inner_->state_tensors(); }
+  void train(bool on) override { inner_->train(on); }
+  bool is_training() const override { return inner_->is_training(); }
+  void to(const c10::Device& d) override { inner_->to(d); }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  Kind kind_;
+  at::Tensor w_, w2_, fixed_;
+};
+
+int64_t features_of(const TensorDataset& d) {
+  int64_t n = 1;
+  for (int64_t v : d.sample_shape()) n *= v;
+  return n;
+}
+
+TEST(AdaptiveBatch, WithoutACurveATriedBatchThatRunsNoFasterIsUndoneAndNotTriedAgain) {
+  // At the truth φ ≈ 31, each sample of 128 is worth (φ + 64)/(φ + 128) ≈ 0.6 of one of 64: the
+  // doubling is tried (at 2× the samples/s it would pay), but this model's per-sample compute
+  // keeps 128 near 64's samples/s, and it needs ≥ 1.7×.
+  Frozen f;
+  ASSERT_LT(f.truth.phi(), 60);
+  ExtraWork model(std::move(f.model), features_of(f.data.train), ExtraWork::kPerSample);
+  TrainOptions o = adaptive({});
+  o.steps = 300;
+  Changes sink;
+  Trainer t(model, o, c10::Device("cpu"));
+  const TrainSummary s = t.fit(f.data, &sink);
+  ASSERT_EQ(s.batch_changes.size(), 2u) << (s.batch_changes.empty() ? "" : s.batch_changes[0].why);
+  const BatchChange& tried = s.batch_changes[0];
+  const BatchChange& undone = s.batch_changes[1];
+  EXPECT_EQ(tried.kind, "try");
+  EXPECT_EQ(tried.to, 128);
+  EXPECT_EQ(undone.kind, "undo") << undone.why;
+  EXPECT_EQ(undone.to, 64);
+  EXPECT_EQ(undone.step, tried.step + 50);
+  EXPECT_LT(undone.predicted_speedup, 1.05) << undone.why;
+  EXPECT_EQ(undone.lr_multiplier, 1.0);
+  ASSERT_EQ(sink.seen.size(), 2u);
+  for (const StepRecord& r : sink.records) {
+    const bool at_128 = r.step >= tried.step && r.step < undone.step;
+    EXPECT_EQ(r.samples, at_128 ? 128 : 64) << r.step;
+    EXPECT_NEAR(r.lr / 1e-30, at_128 ? tried.lr_multiplier : 1.0, 1e-9) << r.step;
+  }
+  EXPECT_EQ(s.samples, 300 * 64) << "the run's length stays in samples";
+}
+
+TEST(AdaptiveBatch, WithoutACurveATriedBatchThatPaysIsKept) {
+  // Labels far noisier (φ in the hundreds at the truth) and a step of mostly fixed cost: 32 runs
+  // at nearly twice the samples/s of 16, which pays at any φ the estimate can credit that makes
+  // the trial worth it (it pays if it runs ≥ 2(φ + 16)/(φ + 32) × 1.05 / 2 ... < 2×).
+  DatasetSplits data = testing::make_very_noisy_pattern_splits();
+  std::unique_ptr<Model> linear = testing::warmed_linear_model(data);
+  const double phi =
+      testing::exact_noise(*linear, data.train, data.normalize_mean, data.normalize_std).phi();
+  ASSERT_GT(phi, 150);
+  ExtraWork model(std::move(linear), features_of(data.train), ExtraWork::kPerStep);
+  TrainOptions o = adaptive({});
+  o.batch_size = 16;
+  o.steps = 1000;
+  Changes sink;
+  Trainer t(model, o, c10::Device("cpu"));
+  const TrainSummary s = t.fit(data, &sink);
+  ASSERT_FALSE(s.batch_changes.empty());
+  EXPECT_EQ(s.batch_changes[0].kind, "try");
+  EXPECT_EQ(s.batch_changes[0].to, 32);
+  ASSERT_GT(s.batch_changes.size(), 1u) << "the run ended while 32 was still being tried";
+  EXPECT_NE(s.batch_changes[1].kind, "undo") << s.batch_changes[1].why;
+  EXPECT_EQ(s.batch_changes[1].from, 32) << "32 was kept: the next change starts from it";
+  EXPECT_EQ(s.samples, 1000 * 16);
 }
 
 }  // namespace
