@@ -132,6 +132,24 @@ void DistGroup::allreduce_sum(std::vector<at::Tensor>& tensors) {
   wait_for(*impl_, impl_->group->allreduce(tensors, o), "all-reduce");
 }
 
+void DistGroup::send(const at::Tensor& tensor, int peer, int tag) {
+  SATURATE_ASSERT(tensor.is_contiguous(), "send of a non-contiguous tensor");
+  std::vector<at::Tensor> t = {tensor};
+  impl_->sends.emplace_back(impl_->group->send(t, peer, tag), tensor);
+}
+
+void DistGroup::recv(at::Tensor& tensor, int peer, int tag) {
+  std::vector<at::Tensor> t = {tensor};
+  wait_for(*impl_, impl_->group->recv(t, peer, tag), "receive");
+}
+
+void DistGroup::wait_sends() {
+  // Cleared first: a failed wait must not leave works a later call would wait on again.
+  auto sends = std::move(impl_->sends);
+  impl_->sends.clear();
+  for (auto& [work, tensor] : sends) wait_for(*impl_, work, "send");
+}
+
 std::vector<std::vector<double>> DistGroup::allgather(const std::vector<double>& values) {
   const auto n = static_cast<int64_t>(values.size());
   std::vector<at::Tensor> in = {torch::tensor(values, torch::kDouble)};

@@ -18,6 +18,8 @@ struct DistGroup::Impl {
   std::chrono::milliseconds timeout{0};
   /// Per rank: "<machine> <pid>", where machine names the boot and PID namespace.
   std::vector<std::string> processes;
+  /// send()s not yet waited for, with their tensors.
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;
 };
 
 /// Waits for `work` up to the group's timeout; a timeout or a peer's failure becomes a

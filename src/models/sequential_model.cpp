@@ -64,6 +64,19 @@ std::vector<std::pair<std::string, at::Tensor>> SequentialModel::named_state() {
   return out;
 }
 
+std::unique_ptr<Model> SequentialModel::pipeline_stage(int64_t begin, int64_t end) {
+  const auto n = static_cast<int64_t>(net_->size());
+  SATURATE_CHECK(0 <= begin && begin < end && end <= n, "model: ", name_, " has ", n,
+                 " layers; a pipeline stage of layers [", begin, ", ", end, ") is not among them");
+  nn::Sequential part;
+  for (int64_t i = begin; i < end; ++i)
+    part->push_back(std::to_string(i), *(net_->begin() + i));
+  auto stage = std::make_unique<SequentialModel>(
+      name_ + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]", part, 0);
+  stage->train(net_->is_training());
+  return stage;
+}
+
 void SequentialModel::train(bool on) { net_->train(on); }
 bool SequentialModel::is_training() const { return net_->is_training(); }
 void SequentialModel::to(const c10::Device& device) { net_->to(device); }

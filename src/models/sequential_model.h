@@ -30,6 +30,9 @@ class SequentialModel : public Model {
   bool set_recompute_segments(int64_t segments) override;
   int64_t recompute_segments() const override { return segments_; }
   torch::nn::Sequential& net() { return net_; }
+  int64_t pipeline_layers() const override { return static_cast<int64_t>(net_->size()); }
+  /// Children [begin, end) in a Sequential of their own, named as in this one ("3.weight").
+  std::unique_ptr<Model> pipeline_stage(int64_t begin, int64_t end) override;
 
  private:
   std::string name_;

@@ -206,9 +206,8 @@ std::vector<at::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
   return w;
 }
 
-// Mean cross-entropy in fp32 whatever the forward ran in: over the batch for classifiers
-// (logits [B, classes]), over every target token but padding for language models
-// (logits [B, T, vocab], targets [B, T]).
+}  // namespace
+
 at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& y) {
   if (logits.dim() == 3)
     return torch::nn::functional::cross_entropy(
@@ -216,8 +215,6 @@ at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& y) {
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreTarget));
   return torch::nn::functional::cross_entropy(logits.to(at::kFloat), y);
 }
-
-}  // namespace
 
 void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
   for (int64_t b = begin; b < batch; b += micro) {

@@ -12,10 +12,13 @@
 //                                         process accumulating the ranks' micro-batches
 //   dist_worker noise_scale               the gradient noise scale measured across the ranks
 //                                         (and with accumulation) within 10% of the truth
+//   dist_worker pipeline [MODEL]          the ranks as pipeline stages (GPipe and 1F1B, M = 1,
+//                                         4, 8) end 5 SGD steps with one process's parameters
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <torch/torch.h>
@@ -26,6 +29,7 @@
 #include "saturate/device/device_memory.h"
 #include "saturate/distributed/data_parallel.h"
 #include "saturate/distributed/dist_env.h"
+#include "saturate/distributed/pipeline.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/train/oom_probe.h"
@@ -352,6 +356,90 @@ void noise_scale(DistGroup& g) {
 }  // namespace
 }  // namespace saturate
 
+namespace saturate {
+namespace {
+
+// One process's 5 plain-SGD steps of `model` on batches of 32 (the same on every rank): the
+// losses, then the parameters by name.
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> params;
+};
+
+std::vector<std::pair<at::Tensor, at::Tensor>> pipeline_batches(const ModelInputs& in) {
+  torch::manual_seed(11);
+  std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+  std::vector<int64_t> shape = {32};
+  shape.insert(shape.end(), in.sample_shape.begin(), in.sample_shape.end());
+  for (int i = 0; i < 5; ++i)
+    batches.emplace_back(torch::randn(shape), torch::randint(0, in.num_classes, {32}));
+  return batches;
+}
+
+Reference pipeline_reference(const std::string& name, const ModelInputs& in) {
+  torch::manual_seed(7);
+  auto model = make_model(name, in);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  Reference ref;
+  for (const auto& [x, y] : pipeline_batches(in)) {
+    sgd.zero_grad();
+    at::Tensor loss = mean_loss(model->forward(x), y);
+    loss.backward();
+    sgd.step();
+    ref.losses.push_back(loss.item<double>());
+  }
+  for (auto& [n, p] : model->named_parameters()) ref.params[n] = p.detach().clone();
+  return ref;
+}
+
+void pipeline(DistGroup& g, const std::string& name) {
+  torch::set_num_threads(1);  // up to 4 ranks on 2 cores
+  const ModelInputs in{{1, 28, 28}, 10, false};
+  const Reference ref = pipeline_reference(name, in);
+  for (PipelineSchedule schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B}) {
+    for (int64_t micro : {1, 4, 8}) {
+      torch::manual_seed(7);
+      auto model = make_model(name, in);
+      const auto spans = split_layers_evenly(model->pipeline_layers(), g.world_size());
+      auto stage = model->pipeline_stage(spans[g.rank()].first, spans[g.rank()].second);
+      torch::optim::SGD sgd(stage->parameters(), torch::optim::SGDOptions(0.1));
+      PipelineStage pipe(g, *stage, {micro, schedule});
+      const std::string what = to_string(schedule) + " M=" + std::to_string(micro);
+      int64_t step = 0, most_held = 0;
+      for (const auto& [x, y] : pipeline_batches(in)) {
+        sgd.zero_grad();
+        const PipelineStepStats st = pipe.forward_backward(x, y);
+        sgd.step();
+        most_held = std::max(most_held, st.most_held);
+        const double want = ref.losses[static_cast<size_t>(step++)];
+        EXPECT_OR_FAIL(std::abs(st.loss - want) <= 1e-5 * std::abs(want), what, ": step ", step,
+                       " loss ", st.loss, ", one process ", want);
+      }
+      int64_t compared = 0;
+      for (auto& [n, p] : stage->named_parameters()) {
+        const at::Tensor& want = ref.params.at(n);
+        const double err = (p - want).abs().max().item<double>() /
+                           std::max(1e-12, want.abs().max().item<double>());
+        EXPECT_OR_FAIL(err <= 1e-5, what, ": stage ", g.rank(), " parameter ", n,
+                       " differs from one process's by ", err, " (relative)");
+        ++compared;
+      }
+      // 1F1B holds at most S - s micro-batches on stage s; GPipe all M.
+      const int64_t cap = schedule == PipelineSchedule::kGPipe
+                              ? micro
+                              : std::min<int64_t>(micro, g.world_size() - g.rank());
+      EXPECT_OR_FAIL(most_held == cap, what, ": stage ", g.rank(), " held ", most_held,
+                     " micro-batches at once, expected ", cap);
+      std::cout << "rank " << g.rank() << " " << what << ": layers [" << spans[g.rank()].first
+                << ", " << spans[g.rank()].second << "), " << compared
+                << " parameters equal to one process's" << std::endl;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace saturate
+
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);  // a dead peer's socket must be an error, not a signal
   const std::string mode = argc > 1 ? argv[1] : "collectives";
@@ -375,6 +463,7 @@ int main(int argc, char** argv) {
     else if (mode == "oom_one_rank") saturate::oom_one_rank(*g, true);
     else if (mode == "noise_scale") saturate::noise_scale(*g);
     else if (mode == "oom_one_rank_unagreed") saturate::oom_one_rank(*g, false);
+    else if (mode == "pipeline") saturate::pipeline(*g, argc > 3 ? argv[3] : "fmnist-cnn");
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

@@ -10,6 +10,9 @@ Cases:
   equivalence_batchnorm  the same with a BatchNorm CNN against one process that
                     accumulates the ranks' micro-batches
   noise_scale       2 ranks measure the gradient noise scale within 10% of the truth
+  pipeline_2stages, pipeline_4stages, pipeline_mlp
+                    the ranks as pipeline stages (GPipe, 1F1B; 1, 4, 8 micro-batches) end 5
+                    SGD steps with one process's parameters and losses
   oom_one_rank      rank 1 runs out of memory alone: both trials end out of memory (and,
                     without the agreement, rank 0 times out)
   store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
@@ -60,12 +63,13 @@ def wait_all(procs, limit_s):
     return out
 
 
-def all_ranks_ok(args, mode, ranks, limit_s):
+def all_ranks_ok(args, mode, ranks, limit_s, extra=()):
     port = free_port()
-    procs = [start([args.worker, mode], r, ranks, port) for r in range(ranks)]
+    procs = [start([args.worker, mode, *extra], r, ranks, port) for r in range(ranks)]
     for r, (code, o, e) in enumerate(wait_all(procs, limit_s)):
         if code != 0 or f"rank {r} ok" not in o:
             fail(f"rank {r}: exit {code}\n{o}\n{e}")
+        print(o, end="")
 
 
 def case_collectives(args):
@@ -82,6 +86,19 @@ def case_equivalence_batchnorm(args):
 
 def case_noise_scale(args):
     all_ranks_ok(args, "noise_scale", 2, 90)
+
+
+def case_pipeline_2stages(args):
+    all_ranks_ok(args, "pipeline", 2, 100, ("60", "fmnist-cnn"))
+
+
+def case_pipeline_4stages(args):
+    all_ranks_ok(args, "pipeline", 4, 100, ("60", "fmnist-cnn"))
+
+
+def case_pipeline_mlp(args):
+    # mlp's first layer (flatten) has no parameters: stage 0's output needs no gradient.
+    all_ranks_ok(args, "pipeline", 2, 100, ("60", "mlp"))
 
 
 def case_oom_one_rank(args):

@@ -53,6 +53,14 @@ class DistGroup {
   /// Every rank's `bytes` (any length), in rank order.
   std::vector<std::string> allgather_bytes(const std::string& bytes);
   void barrier();
+  /// Point to point, for pipeline stages. send() starts sending `tensor` (contiguous, on the
+  /// group's device) to rank `peer` under `tag` and returns at once; the tensor is kept alive
+  /// and must not change until wait_sends(). recv() fills `tensor` (shaped and typed as the
+  /// sent one) from `peer` under `tag`, blocking up to the group's timeout.
+  void send(const at::Tensor& tensor, int peer, int tag);
+  void recv(at::Tensor& tensor, int peer, int tag);
+  /// Waits for every send started since the last call.
+  void wait_sends();
   /// For a rank 0 that works alone for a while (a one-process measurement) while the others
   /// idle: rank 0 calls it when done; every other rank waits for that up to `timeout`, which may
   /// be far longer than the group's (a barrier there would fail at --dist-timeout). Throws

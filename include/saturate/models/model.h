@@ -63,6 +63,15 @@ class Model {
   /// The attention kernel its last training forward ran ("flash", "efficient", "cudnn", "math");
   /// empty for models without attention or before the first forward.
   virtual std::string attention_kernel() const { return ""; }
+  /// Model parallelism by layers: the number of layers the forward is a chain of, each taking
+  /// the previous one's output (0: the model cannot be split).
+  virtual int64_t pipeline_layers() const { return 0; }
+  /// A model of layers [begin, end) of that chain, sharing this model's modules (so its
+  /// parameters are this model's, under the same names); nullptr when the model cannot be
+  /// split. Throws saturate::Error for an empty or out-of-range span.
+  virtual std::unique_ptr<Model> pipeline_stage(int64_t /*begin*/, int64_t /*end*/) {
+    return nullptr;
+  }
 };
 
 struct TrainingInput;

@@ -38,6 +38,11 @@ class TelemetrySink;
 /// A target that no loss counts (padding in token windows).
 constexpr int64_t kIgnoreTarget = -1;
 
+/// The training loss: mean cross-entropy in fp32 whatever the forward ran in, over the batch for
+/// classifiers (logits [B, classes]) and over every target token but kIgnoreTarget for language
+/// models (logits [B, T, vocab], targets [B, T]).
+at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& targets);
+
 struct EvalResult {
   double accuracy = 0.0;  ///< fraction correct in [0, 1] (of target tokens for text)
   double loss = 0.0;      ///< mean cross-entropy (per target token for text)

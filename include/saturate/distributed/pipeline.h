@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Pipeline parallelism by layers (issue 19): a model's chain of layers (Model::pipeline_layers)
+// split into S contiguous stages, one per rank of a group, stage s on rank s. Each training
+// step's batch runs as M micro-batches through them: activations go forward and their gradients
+// back over c10d point to point (Gloo on CPU, NCCL on CUDA); the last stage takes the loss.
+//
+//   GPipe: every micro-batch's forward, then every backward. The bubble is (S−1)/(M+S−1) of
+//          the step, and stage s holds the activations of all M micro-batches.
+//   1F1B:  stage s runs min(S−1−s, M) forwards, then alternates one forward with one backward,
+//          then drains the backwards: the same bubble, but at most S−s micro-batches' activations
+//          held (PipeDream-Flush).
+//
+//   const auto spans = split_layers_evenly(model->pipeline_layers(), group.world_size());
+//   auto stage = model->pipeline_stage(spans[rank].first, spans[rank].second);
+//   PipelineStage pipe(group, *stage, {/*micro_batches=*/4, PipelineSchedule::k1F1B});
+//   for (each batch) { zero the stage's grads; pipe.forward_backward(x, y); step its optimizer; }
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace saturate {
+
+class DistGroup;
+class Model;
+
+enum class PipelineSchedule { kGPipe, k1F1B };
+/// "gpipe" | "1f1b"; anything else is a saturate::Error naming them.
+PipelineSchedule parse_pipeline_schedule(const std::string& name);
+std::string to_string(PipelineSchedule schedule);
+
+/// [begin, end) of each of `stages` contiguous spans of `layers` layers, near-equal in count
+/// (the first ones one longer). saturate::Error for fewer than 1 stage, more stages than layers,
+/// or a model that cannot be split (0 layers).
+std::vector<std::pair<int64_t, int64_t>> split_layers_evenly(int64_t layers, int stages);
+
+struct PipelineOptions {
+  int64_t micro_batches = 1;  ///< M ≥ 1, at most the batch size
+  PipelineSchedule schedule = PipelineSchedule::kGPipe;
+};
+
+/// What one step did on this stage.
+struct PipelineStepStats {
+  double loss = 0;          ///< the batch's mean loss (from the last stage, on every stage)
+  double compute_ms = 0;    ///< forward and backward of this stage's layers
+  double wait_ms = 0;       ///< blocked receiving activations or gradients (the bubble here)
+  int64_t most_held = 0;    ///< the most micro-batches whose activations were held at once
+};
+
+class PipelineStage {
+ public:
+  /// `stage` is this rank's layers (Model::pipeline_stage); `group` the pipeline's ranks, in
+  /// stage order. saturate::Error for M < 1.
+  PipelineStage(DistGroup& group, Model& stage, PipelineOptions options);
+
+  /// One step's forward and backward. The first stage reads `inputs`, the last `targets` (the
+  /// others may pass undefined tensors); both are split into M micro-batches along dim 0. The
+  /// stage's parameters' gradients accumulate the gradient of the batch's mean loss (each
+  /// micro-batch's mean weighted by its share of the batch), as one process's backward of the
+  /// whole batch would give; zero them before. saturate::Error when M exceeds the batch.
+  PipelineStepStats forward_backward(const at::Tensor& inputs, const at::Tensor& targets);
+
+ private:
+  DistGroup& group_;
+  Model& stage_;
+  PipelineOptions options_;
+  int index_ = 0, count_ = 1;
+};
+
+}  // namespace saturate

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "saturate/distributed/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include <torch/torch.h>
+
+#include "saturate/core/error.h"
+#include "saturate/distributed/process_group.h"
+#include "saturate/models/model.h"
+#include "saturate/train/trainer.h"
+
+namespace saturate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Point-to-point tags: micro-batch m's activation header, its data, and its gradient.
+int header_tag(int64_t m) { return static_cast<int>(4 * m); }
+int data_tag(int64_t m) { return static_cast<int>(4 * m + 1); }
+int grad_tag(int64_t m) { return static_cast<int>(4 * m + 2); }
+
+constexpr int64_t kMaxDims = 8;
+
+// An activation travels as a header (dims, dtype, sizes) then its data: the receiving stage
+// does not know the shape its neighbour's layers give.
+void send_activation(DistGroup& g, const at::Tensor& t, int peer, int64_t m) {
+  SATURATE_CHECK(t.dim() <= kMaxDims, "pipeline: a stage's output has ", t.dim(),
+                 " dimensions; at most ", kMaxDims, " can be sent");
+  at::Tensor header = torch::zeros({kMaxDims + 2}, torch::kLong);
+  auto* h = header.data_ptr<int64_t>();
+  h[0] = t.dim();
+  h[1] = static_cast<int64_t>(t.scalar_type());
+  for (int64_t d = 0; d < t.dim(); ++d) h[2 + d] = t.size(d);
+  g.send(header, peer, header_tag(m));
+  g.send(t.detach().contiguous(), peer, data_tag(m));
+}
+
+at::Tensor recv_activation(DistGroup& g, int peer, int64_t m, const c10::Device& device) {
+  at::Tensor header = torch::empty({kMaxDims + 2}, torch::kLong);
+  g.recv(header, peer, header_tag(m));
+  const auto* h = header.data_ptr<int64_t>();
+  SATURATE_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "pipeline: a corrupt activation header from rank ",
+                 peer);
+  std::vector<int64_t> sizes(h + 2, h + 2 + h[0]);
+  at::Tensor t = torch::empty(sizes, torch::TensorOptions()
+                                         .dtype(static_cast<c10::ScalarType>(h[1]))
+                                         .device(device));
+  g.recv(t, peer, data_tag(m));
+  return t;
+}
+
+// One micro-batch in flight on this stage: its input (whose gradient goes back) and its output
+// (or, on the last stage, its weighted loss).
+struct Held {
+  int64_t m = 0;
+  at::Tensor input, output;
+};
+
+// One step on one stage: its micro-batches' forwards and backwards, in the schedule's order.
+class StepRun {
+ public:
+  StepRun(DistGroup& g, Model& stage, int index, int count, int64_t micro, const at::Tensor& inputs,
+          const at::Tensor& targets)
+      : g_(g), stage_(stage), index_(index), micro_(micro), first_(index == 0),
+        last_(index == count - 1) {
+    const at::Tensor& split_by = first_ ? inputs : targets;
+    if (first_ || last_) {
+      SATURATE_CHECK(split_by.defined() && micro <= split_by.size(0), "--micro-batches ", micro,
+                     " is more than the batch of ", split_by.defined() ? split_by.size(0) : 0);
+    }
+    if (first_) xs_ = inputs.tensor_split(micro);
+    if (last_) ys_ = targets.tensor_split(micro);
+    batch_ = last_ ? static_cast<double>(targets.size(0)) : 0;
+    // Where the stage's layers live: activations arrive there (the CPU for Gloo, a GPU for NCCL).
+    const std::vector<at::Tensor> params = stage.parameters();
+    device_ = !params.empty() ? params.front().device()
+              : first_        ? inputs.device()
+                              : c10::Device(c10::kCPU);
+  }
+
+  int64_t forwards_done() const { return next_forward_; }
+  int64_t backwards_done() const { return next_backward_; }
+  PipelineStepStats& stats() { return stats_; }
+  /// The batch's loss on the last stage (a double on the CPU), 0 elsewhere.
+  at::Tensor loss_sum() const {
+    return last_ ? loss_sum_.reshape({1})
+                 : torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  }
+
+  void forward() {
+    Held h;
+    h.m = next_forward_++;
+    Clock::time_point t0 = Clock::now();
+    if (first_) {
+      h.input = xs_[h.m];
+    } else {
+      h.input = recv_activation(g_, index_ - 1, h.m, device_);
+      stats_.wait_ms += ms_since(t0);
+      t0 = Clock::now();
+      if (h.input.is_floating_point()) h.input.requires_grad_(true);
+    }
+    at::Tensor out = stage_.forward(h.input);
+    if (last_) {
+      const double share = static_cast<double>(ys_[h.m].size(0)) / batch_;
+      h.output = mean_loss(out, ys_[h.m]) * share;
+      // Kept on the device: no synchronisation per micro-batch.
+      loss_sum_ = h.m == 0 ? h.output.detach().to(torch::kDouble) : loss_sum_ + h.output.detach().to(torch::kDouble);
+    } else {
+      h.output = out;
+    }
+    stats_.compute_ms += ms_since(t0);
+    if (!last_) send_activation(g_, out, index_ + 1, h.m);
+    held_.push_back(std::move(h));
+    stats_.most_held = std::max<int64_t>(stats_.most_held, static_cast<int64_t>(held_.size()));
+  }
+
+  void backward() {
+    Held h = std::move(held_.front());
+    held_.pop_front();
+    SATURATE_ASSERT(h.m == next_backward_, "pipeline: backward out of order");
+    ++next_backward_;
+    Clock::time_point t0 = Clock::now();
+    if (last_) {
+      h.output.backward();
+    } else {
+      at::Tensor grad = torch::empty_like(h.output);
+      g_.recv(grad, index_ + 1, grad_tag(h.m));
+      stats_.wait_ms += ms_since(t0);
+      t0 = Clock::now();
+      // A stage whose output needs no gradient (no parameters before it) has nothing to do.
+      if (h.output.requires_grad()) h.output.backward(grad);
+    }
+    stats_.compute_ms += ms_since(t0);
+    if (!first_) {
+      at::Tensor grad = h.input.grad();
+      if (!grad.defined()) grad = torch::zeros_like(h.input);
+      g_.send(grad.contiguous(), index_ - 1, grad_tag(h.m));
+    }
+  }
+
+ private:
+  DistGroup& g_;
+  Model& stage_;
+  int index_;
+  int64_t micro_;
+  bool first_, last_;
+  std::vector<at::Tensor> xs_, ys_;
+  double batch_ = 0;
+  c10::Device device_{c10::kCPU};
+  PipelineStepStats stats_;
+  std::deque<Held> held_;
+  at::Tensor loss_sum_;
+  int64_t next_forward_ = 0, next_backward_ = 0;
+};
+
+}  // namespace
+
+PipelineSchedule parse_pipeline_schedule(const std::string& name) {
+  if (name == "gpipe") return PipelineSchedule::kGPipe;
+  if (name == "1f1b") return PipelineSchedule::k1F1B;
+  SATURATE_CHECK(false, "--schedule: '", name, "' is not a pipeline schedule (gpipe, 1f1b)");
+  return PipelineSchedule::kGPipe;
+}
+
+std::string to_string(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kGPipe ? "gpipe" : "1f1b";
+}
+
+std::vector<std::pair<int64_t, int64_t>> split_layers_evenly(int64_t layers, int stages) {
+  SATURATE_CHECK(layers > 0, "--pipeline-stages: the model cannot be split into stages by layers");
+  SATURATE_CHECK(stages >= 1, "--pipeline-stages must be at least 1, got ", stages);
+  SATURATE_CHECK(stages <= layers, "--pipeline-stages ", stages, ": the model has only ", layers,
+                 " layers to split");
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  int64_t begin = 0;
+  for (int s = 0; s < stages; ++s) {
+    const int64_t n = layers / stages + (s < layers % stages ? 1 : 0);
+    spans.emplace_back(begin, begin + n);
+    begin += n;
+  }
+  return spans;
+}
+
+PipelineStage::PipelineStage(DistGroup& group, Model& stage, PipelineOptions options)
+    : group_(group), stage_(stage), options_(options), index_(group.rank()),
+      count_(group.world_size()) {
+  SATURATE_CHECK(options_.micro_batches >= 1, "--micro-batches must be at least 1, got ",
+                 options_.micro_batches);
+}
+
+PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
+                                                  const at::Tensor& targets) {
+  const int64_t micro = options_.micro_batches;
+  StepRun run(group_, stage_, index_, count_, micro, inputs, targets);
+  if (options_.schedule == PipelineSchedule::kGPipe) {
+    while (run.forwards_done() < micro) run.forward();
+  } else {
+    const int64_t warm_up = std::min<int64_t>(count_ - 1 - index_, micro);
+    while (run.forwards_done() < warm_up) run.forward();
+    while (run.forwards_done() < micro) {
+      run.forward();
+      run.backward();
+    }
+  }
+  while (run.backwards_done() < micro) run.backward();
+  PipelineStepStats stats = run.stats();
+  const Clock::time_point t0 = Clock::now();
+  group_.wait_sends();
+  std::vector<at::Tensor> loss = {run.loss_sum()};
+  group_.broadcast(loss, count_ - 1);
+  stats.wait_ms += ms_since(t0);
+  stats.loss = loss[0].cpu().item<double>();
+  return stats;
+}
+
+}  // namespace saturate
