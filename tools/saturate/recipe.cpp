@@ -86,7 +86,7 @@ void add_step_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   app.add_option("--seed", t.seed, "seed for weights and data order")->capture_default_str();
   if (use == RecipeUse::kTrain)
     app.add_flag("--adaptive-batch", t.adaptive_batch,
-                 "grow the batch (doubling, only upward) and the learning rate (gain rule) as the "
+                 "grow the batch (doubling) and the learning rate (gain rule) as the "
                  "gradient noise scale grows, at the samples/s the plan measured by batch "
                  "(--config plan.json from tune --effective-batch auto) or, without one, at "
                  "what the run measures: each doubling is tried, then kept or undone; --steps "
