@@ -81,6 +81,9 @@ inline constexpr int kGoodputMaxBranches = 3;
 
 /// A larger batch must be predicted at least this much faster to the target (AdaptDL's 5%).
 inline constexpr double kGoodputMinGain = 0.05;
+/// The most the guard credits φ up to from one accepted run that learned more than predicted:
+/// this many times the φ it used (or the probe's upper end, if more).
+inline constexpr double kGoodputMaxCredit = 4.0;
 
 /// Picks among `curve` (measured samples/s by batch; only batches ≥ b0 are candidates, as in
 /// AdaptDL) the batch with the highest predicted goodput at φ = noise.phi when resolved, else

@@ -233,9 +233,10 @@ GoodputBranch measure_branch(const GoodputChoice& g, const RunConfig& c, const J
     br.phi_after = std::min(g.phi_used, measured_phi);
   } else if (measured_phi > g.phi_used) {
     // One run's efficiency near 1 makes a φ of thousands: credit at most the probe's upper end
-    // or twice what was credited, whichever is more (the larger batch it picks is run too).
+    // or four times what was credited, whichever is more. The larger batch it picks is trained
+    // and measured before it is taken, so crediting more costs a guard run, never quality.
     const double high = std::isfinite(g.noise.high) ? g.noise.high : 0;
-    br.phi_after = std::min(measured_phi, std::max(high, 2 * g.phi_used));
+    br.phi_after = std::min(measured_phi, std::max(high, kGoodputMaxCredit * g.phi_used));
   }
   if (br.phi_after != g.phi_used) why << ", so φ is credited " << format_fixed(br.phi_after, 0);
   why << ")";
