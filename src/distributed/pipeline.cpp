@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
+#include <limits>
 
 #include <torch/torch.h>
 
@@ -186,6 +188,80 @@ std::vector<std::pair<int64_t, int64_t>> split_layers_evenly(int64_t layers, int
     begin += n;
   }
   return spans;
+}
+
+std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, int repeats) {
+  const int64_t n = model.pipeline_layers();
+  SATURATE_CHECK(n > 0, "pipeline: model ", model.name(), " cannot be split into stages by layers");
+  SATURATE_CHECK(repeats >= 1, "pipeline: profile repeats must be at least 1");
+  std::vector<LayerCost> costs;
+  at::Tensor x = inputs;
+  for (int64_t i = 0; i < n; ++i) {
+    auto layer = model.pipeline_stage(i, i + 1);
+    LayerCost c;
+    for (const at::Tensor& p : layer->parameters()) c.param_bytes += p.numel() * p.element_size();
+    std::vector<double> ms;
+    at::Tensor out;
+    for (int r = 0; r <= repeats; ++r) {  // the first is a warm-up
+      const at::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+      const Clock::time_point t0 = Clock::now();
+      out = layer->forward(in);
+      if (out.requires_grad()) out.backward(torch::ones_like(out));
+      if (r > 0) ms.push_back(ms_since(t0));
+    }
+    for (const at::Tensor& p : layer->parameters()) p.mutable_grad() = at::Tensor();
+    std::sort(ms.begin(), ms.end());
+    c.ms = ms[ms.size() / 2];
+    c.activation_bytes = out.numel() * out.element_size();
+    costs.push_back(c);
+    x = out.detach();
+  }
+  return costs;
+}
+
+StageSplit split_layers_balanced(const std::vector<LayerCost>& layers, int stages,
+                                 int64_t memory_limit_bytes, double param_scale) {
+  const auto n = static_cast<int64_t>(layers.size());
+  split_layers_evenly(n, stages);  // the same bad inputs
+  std::vector<double> t(n + 1, 0), m(n + 1, 0);  // prefix sums of time and memory
+  for (int64_t i = 0; i < n; ++i) {
+    t[i + 1] = t[i] + layers[i].ms;
+    m[i + 1] = m[i] + static_cast<double>(layers[i].param_bytes) * param_scale +
+               static_cast<double>(layers[i].activation_bytes);
+  }
+  auto fits = [&](int64_t a, int64_t b) {
+    return memory_limit_bytes <= 0 || m[b] - m[a] <= static_cast<double>(memory_limit_bytes);
+  };
+  // best[s][i]: the least slowest-stage time splitting the first i layers into s stages.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(n + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s)
+    for (int64_t i = s; i <= n; ++i)
+      for (int64_t j = s - 1; j < i; ++j) {
+        if (!std::isfinite(best[s - 1][j]) || !fits(j, i)) continue;
+        const double v = std::max(best[s - 1][j], t[i] - t[j]);
+        if (v < best[s][i]) {
+          best[s][i] = v;
+          cut[s][i] = j;
+        }
+      }
+  double largest = 0;
+  for (int64_t i = 0; i < n; ++i) largest = std::max(largest, m[i + 1] - m[i]);
+  SATURATE_CHECK(std::isfinite(best[stages][n]), "--memory-limit ", memory_limit_bytes,
+                 " bytes: no split of the model's ", n, " layers into ", stages,
+                 " stages fits it (the largest layer needs ", static_cast<int64_t>(largest),
+                 " bytes)");
+  StageSplit split;
+  split.slowest_ms = best[stages][n];
+  for (int64_t s = stages, i = n; s > 0; i = cut[s][i], --s) split.spans.emplace_back(cut[s][i], i);
+  std::reverse(split.spans.begin(), split.spans.end());
+  for (const auto& [a, b] : split.spans) {
+    split.ms.push_back(t[b] - t[a]);
+    split.bytes.push_back(static_cast<int64_t>(m[b] - m[a]));
+  }
+  return split;
 }
 
 PipelineStage::PipelineStage(DistGroup& group, Model& stage, PipelineOptions options)

@@ -38,6 +38,34 @@ std::string to_string(PipelineSchedule schedule);
 /// or a model that cannot be split (0 layers).
 std::vector<std::pair<int64_t, int64_t>> split_layers_evenly(int64_t layers, int stages);
 
+/// One layer of a model's chain as profile_layers() measured it.
+struct LayerCost {
+  double ms = 0;                 ///< forward and backward of the layer, median of the repeats
+  int64_t activation_bytes = 0;  ///< its output for the profiled batch (held for its backward)
+  int64_t param_bytes = 0;       ///< its parameters
+};
+
+/// Times each layer of `model`'s chain (Model::pipeline_layers) forward and backward with real
+/// steps on `inputs`, one layer at a time, each fed the previous one's output: the median of
+/// `repeats` after one warm-up. saturate::Error for a model that cannot be split.
+std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, int repeats = 5);
+
+/// A split of a chain into stages, with what each stage is predicted to cost.
+struct StageSplit {
+  std::vector<std::pair<int64_t, int64_t>> spans;  ///< [begin, end) per stage
+  std::vector<double> ms;                          ///< predicted forward + backward per stage
+  std::vector<int64_t> bytes;                      ///< predicted memory per stage
+  double slowest_ms = 0;
+};
+
+/// The contiguous split into `stages` that minimises the slowest stage's time (torchgpipe's
+/// balance by time), subject to each stage's memory — its parameters × `param_scale` (weights,
+/// gradients and optimizer state: 2 for SGD, 4 for Adam) plus its layers' activations for the
+/// whole batch, as GPipe holds them — within `memory_limit_bytes` (0: no limit). saturate::Error
+/// naming the limit when no split fits, and for the bad inputs of split_layers_evenly.
+StageSplit split_layers_balanced(const std::vector<LayerCost>& layers, int stages,
+                                 int64_t memory_limit_bytes, double param_scale);
+
 struct PipelineOptions {
   int64_t micro_batches = 1;  ///< M ≥ 1, at most the batch size
   PipelineSchedule schedule = PipelineSchedule::kGPipe;

@@ -86,5 +86,63 @@ TEST(Pipeline, OneStagesMicroBatchesGiveTheWholeBatchsGradient) {
             std::string::npos);
 }
 
+std::vector<LayerCost> costs_of(const std::vector<double>& ms, int64_t param_bytes = 0) {
+  std::vector<LayerCost> c;
+  for (double v : ms) c.push_back({v, 0, param_bytes});
+  return c;
+}
+
+TEST(Pipeline, ABalancedSplitMinimisesTheSlowestStage) {
+  // One heavy first layer: the even split puts it with three more (11 ms against 4); balanced,
+  // it stands alone and the slowest stage is 8 ms.
+  const auto costs = costs_of({8, 1, 1, 1, 1, 1, 1, 1});
+  EXPECT_EQ(split_layers_evenly(8, 2), (Spans{{0, 4}, {4, 8}}));
+  const StageSplit s = split_layers_balanced(costs, 2, 0, 2.0);
+  EXPECT_EQ(s.spans, (Spans{{0, 1}, {1, 8}}));
+  EXPECT_DOUBLE_EQ(s.slowest_ms, 8);
+  EXPECT_EQ(s.ms, (std::vector<double>{8, 7}));
+  const StageSplit three = split_layers_balanced(costs_of({2, 2, 2, 2, 2, 2}), 3, 0, 2.0);
+  EXPECT_EQ(three.spans, (Spans{{0, 2}, {2, 4}, {4, 6}}));
+}
+
+TEST(Pipeline, ABalancedSplitKeepsEachStageWithinTheMemoryLimit) {
+  // 100 bytes of parameters a layer, × 2 for SGD: 200 a layer. With 600 bytes a stage, the
+  // time-best split (1 | 7 layers) does not fit; 2 stages of 4 layers would need 800 each, so
+  // 3 stages do: the fastest split that fits.
+  const auto costs = costs_of({8, 1, 1, 1, 1, 1, 1, 1}, 100);
+  EXPECT_NE(testing::error_of([&] { split_layers_balanced(costs, 2, 600, 2.0); })
+                .find("no split of the model's 8 layers into 2 stages fits"),
+            std::string::npos);
+  const StageSplit s = split_layers_balanced(costs, 3, 600, 2.0);
+  ASSERT_EQ(s.spans.size(), 3u);
+  for (int64_t b : s.bytes) EXPECT_LE(b, 600);
+  EXPECT_EQ(s.spans, (Spans{{0, 2}, {2, 5}, {5, 8}}));
+  EXPECT_DOUBLE_EQ(s.slowest_ms, 9);
+}
+
+TEST(Pipeline, ProfilingALayerChainFindsItsConvolutionsTheHeaviest) {
+  const ModelInputs in{{1, 28, 28}, 10, false};
+  torch::manual_seed(3);
+  auto model = make_model("fmnist-cnn", in);
+  const auto costs = profile_layers(*model, torch::randn({64, 1, 28, 28}), 3);
+  ASSERT_EQ(costs.size(), 10u);
+  // The convolutions and pooling at 28×28 and 14×14 (layers 0-5) are the work; flatten and the
+  // ReLU on 128 features (6, 8) move almost nothing (measured: 0.9-4.4 ms against 0.02).
+  std::string shown;
+  for (const LayerCost& c : costs) shown += " " + std::to_string(c.ms);
+  for (size_t heavy = 0; heavy < 6; ++heavy)
+    for (size_t light : {6, 8}) EXPECT_GT(costs[heavy].ms, 5 * costs[light].ms) << shown;
+  // So two balanced stages cut inside the front, where the even split gives the first five
+  // layers to stage 0.
+  const StageSplit s = split_layers_balanced(costs, 2, 0, 2.0);
+  EXPECT_LT(s.spans[0].second, 5) << shown;
+  EXPECT_LT(s.slowest_ms, std::max(costs[0].ms + costs[1].ms + costs[2].ms + costs[3].ms + costs[4].ms,
+                                   costs[5].ms + costs[6].ms + costs[7].ms + costs[8].ms + costs[9].ms)) << shown;
+  EXPECT_EQ(costs[0].activation_bytes, 64 * 32 * 28 * 28 * 4);
+  EXPECT_EQ(costs[3].param_bytes, (32 * 64 * 9 + 64) * 4);
+  EXPECT_EQ(costs[1].param_bytes, 0);
+  for (at::Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "profiling leaves no gradients";
+}
+
 }  // namespace
 }  // namespace saturate
