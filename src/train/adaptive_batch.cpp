@@ -25,6 +25,20 @@ double curve_samples_per_s(const std::vector<std::pair<int64_t, double>>& curve,
   return 0;
 }
 
+namespace {
+
+BatchChange change_of(const char* kind, int64_t step, int64_t from, int64_t to, double phi) {
+  BatchChange c;
+  c.kind = kind;
+  c.step = step;
+  c.from = from;
+  c.to = to;
+  c.phi = phi;
+  return c;
+}
+
+}  // namespace
+
 std::optional<BatchChange> next_batch_change(const AdaptiveBatchRule& rule, int64_t current,
                                              const NoiseScaleEstimate& noise, int64_t step) {
   if (noise.steps < kNoiseMinSteps || !std::isfinite(noise.low) || noise.low < 0 ||
@@ -40,11 +54,7 @@ std::optional<BatchChange> next_batch_change(const AdaptiveBatchRule& rule, int6
   // Goodput's ratio: the samples/s ratio times the ratio of efficiencies (both against B0).
   const double speedup = x2 * (phi + global) / (x * (phi + global2));
   if (speedup < 1 + rule.min_gain) return std::nullopt;
-  BatchChange c;
-  c.step = step;
-  c.from = current;
-  c.to = to;
-  c.phi = phi;
+  BatchChange c = change_of("grow", step, current, to, phi);
   c.gain = gain_ratio(phi, w * static_cast<double>(rule.b0), global2);
   c.lr_multiplier = gain_lr_multiplier(c.gain, rule.optimizer);
   c.predicted_speedup = speedup;
@@ -83,12 +93,7 @@ std::optional<BatchChange> next_batch_trial(const AdaptiveBatchRule& rule, int64
   const double e = worth(rule, phi, current, to);
   const double best = 2 * e;
   if (best < 1 + rule.min_gain) return std::nullopt;
-  BatchChange c;
-  c.kind = "try";
-  c.step = step;
-  c.from = current;
-  c.to = to;
-  c.phi = phi;
+  BatchChange c = change_of("try", step, current, to, phi);
   const double w = static_cast<double>(rule.world);
   c.gain = gain_ratio(phi, w * static_cast<double>(rule.b0), w * static_cast<double>(to));
   c.lr_multiplier = gain_lr_multiplier(c.gain, rule.optimizer);
@@ -108,12 +113,7 @@ BatchChange undo_batch_trial(const AdaptiveBatchRule& rule, int64_t tried,
   const double x2 = curve_samples_per_s(rule.curve, tried);
   const double phi = std::isfinite(noise.low) && noise.low >= 0 ? noise.low : 0;
   const double e = worth(rule, phi, back, tried);
-  BatchChange c;
-  c.kind = "undo";
-  c.step = step;
-  c.from = tried;
-  c.to = back;
-  c.phi = phi;
+  BatchChange c = change_of("undo", step, tried, back, phi);
   c.gain = 1;
   c.lr_multiplier = lr_multiplier;
   c.predicted_speedup = x > 0 ? x2 * e / x : 0;
