@@ -296,4 +296,53 @@ PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
   return stats;
 }
 
+EvalSums PipelineStage::evaluate(const at::Tensor& inputs, const at::Tensor& targets) {
+  const int64_t micro = options_.micro_batches;
+  const bool first = index_ == 0, last = index_ == count_ - 1;
+  const at::Tensor& split_by = first ? inputs : targets;
+  if (first || last) {
+    SATURATE_CHECK(split_by.defined() && split_by.size(0) > 0, "pipeline: an empty evaluation batch");
+  }
+  // Fewer micro-batches than M when the batch is smaller (a split's last batch); every stage
+  // learns the count from the first stage's split.
+  const std::vector<at::Tensor> params = stage_.parameters();
+  const c10::Device device = !params.empty() ? params.front().device()
+                             : first          ? inputs.device()
+                                              : c10::Device(c10::kCPU);
+  const auto on_device = [&](at::ScalarType t) { return torch::TensorOptions().dtype(t).device(device); };
+  std::vector<at::Tensor> count = {
+      torch::full({1}, first ? std::min(micro, inputs.size(0)) : 0, on_device(torch::kLong))};
+  group_.broadcast(count, 0);
+  const int64_t pieces = count[0].item<int64_t>();
+  const std::vector<at::Tensor> xs = first ? inputs.tensor_split(pieces) : std::vector<at::Tensor>();
+  const std::vector<at::Tensor> ys = last ? targets.tensor_split(pieces) : std::vector<at::Tensor>();
+  EvalSums sums;
+  {
+    c10::InferenceMode inference;
+    for (int64_t m = 0; m < pieces; ++m) {
+      const at::Tensor in = first ? xs[m] : recv_activation(group_, index_ - 1, m, device);
+      const at::Tensor out = stage_.forward(in);
+      if (!last) {
+        send_activation(group_, out, index_ + 1, m);
+        continue;
+      }
+      const EvalSums part = eval_sums(out, ys[m]);
+      sums.loss_sum += part.loss_sum;
+      sums.correct += part.correct;
+      sums.units += part.units;
+      sums.per_token = part.per_token;
+    }
+  }
+  group_.wait_sends();
+  std::vector<at::Tensor> all = {torch::tensor({sums.loss_sum, static_cast<double>(sums.correct),
+                                                static_cast<double>(sums.units),
+                                                sums.per_token ? 1.0 : 0.0},
+                                               on_device(torch::kDouble))};
+  group_.broadcast(all, count_ - 1);
+  const at::Tensor got = all[0].cpu();
+  const double* v = got.data_ptr<double>();
+  return {v[0], static_cast<int64_t>(std::llround(v[1])), static_cast<int64_t>(std::llround(v[2])),
+          v[3] > 0.5};
+}
+
 }  // namespace saturate

@@ -216,6 +216,25 @@ at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& y) {
   return torch::nn::functional::cross_entropy(logits.to(at::kFloat), y);
 }
 
+EvalSums eval_sums(const at::Tensor& logits_in, const at::Tensor& y) {
+  const at::Tensor logits = logits_in.to(at::kFloat);
+  const bool seq = logits.dim() == 3;
+  const at::Tensor flat_logits = seq ? logits.flatten(0, 1) : logits;
+  const at::Tensor flat_y = seq ? y.flatten() : y;
+  const at::Tensor valid = flat_y.ne(kIgnoreTarget);
+  EvalSums s;
+  s.loss_sum = torch::nn::functional::cross_entropy(
+                   flat_logits, flat_y,
+                   torch::nn::functional::CrossEntropyFuncOptions()
+                       .reduction(torch::kSum)
+                       .ignore_index(kIgnoreTarget))
+                   .item<double>();
+  s.correct = flat_logits.argmax(1).eq(flat_y).logical_and(valid).sum().item<int64_t>();
+  s.units = valid.sum().item<int64_t>();
+  s.per_token = seq;
+  return s;
+}
+
 void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
   for (int64_t b = begin; b < batch; b += micro) {
     const bool last = std::min(batch, b + micro) == batch;
@@ -1187,19 +1206,11 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
         logits = model_.forward(x).to(at::kFloat);
       }
       // Language models: every target token counts, padding (-1) does not.
-      const bool seq = logits.dim() == 3;
-      const at::Tensor flat_logits = seq ? logits.flatten(0, 1) : logits;
-      const at::Tensor flat_y = seq ? y.flatten() : y;
-      const at::Tensor valid = flat_y.ne(kIgnoreTarget);
-      loss_sum += torch::nn::functional::cross_entropy(
-                      flat_logits, flat_y,
-                      torch::nn::functional::CrossEntropyFuncOptions()
-                          .reduction(torch::kSum)
-                          .ignore_index(kIgnoreTarget))
-                      .item<double>();
-      correct += flat_logits.argmax(1).eq(flat_y).logical_and(valid).sum().item<int64_t>();
-      units += valid.sum().item<int64_t>();
-      per_token = seq;
+      const EvalSums sums = eval_sums(logits, y);
+      loss_sum += sums.loss_sum;
+      correct += sums.correct;
+      units += sums.units;
+      per_token = sums.per_token;
       samples += batch->size;
     }
   }

@@ -364,7 +364,16 @@ namespace {
 struct Reference {
   std::vector<double> losses;
   std::map<std::string, at::Tensor> params;
+  EvalSums eval;  ///< of the trained model on eval_batch()
 };
+
+// 50 held-out samples: no M of the test divides them evenly.
+std::pair<at::Tensor, at::Tensor> eval_batch(const ModelInputs& in) {
+  torch::manual_seed(13);
+  std::vector<int64_t> shape = {50};
+  shape.insert(shape.end(), in.sample_shape.begin(), in.sample_shape.end());
+  return {torch::randn(shape), torch::randint(0, in.num_classes, {50})};
+}
 
 std::vector<std::pair<at::Tensor, at::Tensor>> pipeline_batches(const ModelInputs& in) {
   torch::manual_seed(11);
@@ -389,6 +398,10 @@ Reference pipeline_reference(const std::string& name, const ModelInputs& in) {
     ref.losses.push_back(loss.item<double>());
   }
   for (auto& [n, p] : model->named_parameters()) ref.params[n] = p.detach().clone();
+  model->train(false);
+  const auto [xe, ye] = eval_batch(in);
+  c10::InferenceMode inference;
+  ref.eval = eval_sums(model->forward(xe), ye);
   return ref;
 }
 
@@ -424,6 +437,15 @@ void pipeline(DistGroup& g, const std::string& name) {
                        " differs from one process's by ", err, " (relative)");
         ++compared;
       }
+      // Evaluation through the stages, forward only: the trained model's sums on held-out data.
+      stage->train(false);
+      const auto [xe, ye] = eval_batch(in);
+      const EvalSums ev = pipe.evaluate(xe, ye);
+      EXPECT_OR_FAIL(ev.units == ref.eval.units && ev.correct == ref.eval.correct &&
+                         std::abs(ev.loss_sum - ref.eval.loss_sum) <= 1e-5 * ref.eval.loss_sum,
+                     what, ": evaluation ", ev.loss_sum, " (", ev.correct, "/", ev.units,
+                     " correct), one process ", ref.eval.loss_sum, " (", ref.eval.correct, "/",
+                     ref.eval.units, ")");
       // 1F1B holds at most S - s micro-batches on stage s; GPipe all M.
       const int64_t cap = schedule == PipelineSchedule::kGPipe
                               ? micro

@@ -23,6 +23,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "saturate/train/trainer.h"
+
 namespace saturate {
 
 class DistGroup;
@@ -91,6 +93,11 @@ class PipelineStage {
   /// micro-batch's mean weighted by its share of the batch), as one process's backward of the
   /// whole batch would give; zero them before. saturate::Error when M exceeds the batch.
   PipelineStepStats forward_backward(const at::Tensor& inputs, const at::Tensor& targets);
+
+  /// Evaluation of one batch through the stages, forward only (inference mode), in the same M
+  /// micro-batches: the sums of train/trainer.h's eval_sums over the batch, from the last stage,
+  /// on every stage. The stage's training mode is left to the caller (model.train(false)).
+  EvalSums evaluate(const at::Tensor& inputs, const at::Tensor& targets);
 
  private:
   DistGroup& group_;

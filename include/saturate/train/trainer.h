@@ -43,6 +43,17 @@ constexpr int64_t kIgnoreTarget = -1;
 /// models (logits [B, T, vocab], targets [B, T]).
 at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& targets);
 
+/// One evaluation batch's sums: cross-entropy summed, correct predictions and the targets
+/// counted (every token of a language model's windows but kIgnoreTarget; one per sample for a
+/// classifier).
+struct EvalSums {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t units = 0;
+  bool per_token = false;
+};
+EvalSums eval_sums(const at::Tensor& logits, const at::Tensor& targets);
+
 struct EvalResult {
   double accuracy = 0.0;  ///< fraction correct in [0, 1] (of target tokens for text)
   double loss = 0.0;      ///< mean cross-entropy (per target token for text)
