@@ -58,6 +58,14 @@ at::Tensor recv_activation(DistGroup& g, int peer, int64_t m, const c10::Device&
   return t;
 }
 
+// Where a stage's layers live, so where its activations arrive (the CPU for Gloo, a GPU for
+// NCCL): its parameters' device, else the first stage's inputs', else the CPU.
+c10::Device stage_device(Model& stage, bool first, const at::Tensor& inputs) {
+  const std::vector<at::Tensor> params = stage.parameters();
+  if (!params.empty()) return params.front().device();
+  return first ? inputs.device() : c10::Device(c10::kCPU);
+}
+
 // One micro-batch in flight on this stage: its input (whose gradient goes back) and its output
 // (or, on the last stage, its weighted loss).
 struct Held {
@@ -80,11 +88,7 @@ class StepRun {
     if (first_) xs_ = inputs.tensor_split(micro);
     if (last_) ys_ = targets.tensor_split(micro);
     batch_ = last_ ? static_cast<double>(targets.size(0)) : 0;
-    // Where the stage's layers live: activations arrive there (the CPU for Gloo, a GPU for NCCL).
-    const std::vector<at::Tensor> params = stage.parameters();
-    device_ = !params.empty() ? params.front().device()
-              : first_        ? inputs.device()
-                              : c10::Device(c10::kCPU);
+    device_ = stage_device(stage, first_, inputs);
   }
 
   int64_t forwards_done() const { return next_forward_; }
@@ -303,13 +307,10 @@ EvalSums PipelineStage::evaluate(const at::Tensor& inputs, const at::Tensor& tar
   if (first || last) {
     SATURATE_CHECK(split_by.defined() && split_by.size(0) > 0, "pipeline: an empty evaluation batch");
   }
+  const c10::Device device = stage_device(stage_, first, inputs);
+  const auto on_device = [&](at::ScalarType t) { return torch::TensorOptions().dtype(t).device(device); };
   // Fewer micro-batches than M when the batch is smaller (a split's last batch); every stage
   // learns the count from the first stage's split.
-  const std::vector<at::Tensor> params = stage_.parameters();
-  const c10::Device device = !params.empty() ? params.front().device()
-                             : first          ? inputs.device()
-                                              : c10::Device(c10::kCPU);
-  const auto on_device = [&](at::ScalarType t) { return torch::TensorOptions().dtype(t).device(device); };
   std::vector<at::Tensor> count = {
       torch::full({1}, first ? std::min(micro, inputs.size(0)) : 0, on_device(torch::kLong))};
   group_.broadcast(count, 0);
@@ -326,11 +327,7 @@ EvalSums PipelineStage::evaluate(const at::Tensor& inputs, const at::Tensor& tar
         send_activation(group_, out, index_ + 1, m);
         continue;
       }
-      const EvalSums part = eval_sums(out, ys[m]);
-      sums.loss_sum += part.loss_sum;
-      sums.correct += part.correct;
-      sums.units += part.units;
-      sums.per_token = part.per_token;
+      sums += eval_sums(out, ys[m]);
     }
   }
   group_.wait_sends();

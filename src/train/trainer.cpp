@@ -1182,9 +1182,8 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
     shard.inputs = data.inputs.index_select(0, idx);
     shard.targets = data.targets.index_select(0, idx);
   }
-  double loss_sum = 0.0;
-  int64_t correct = 0, samples = 0, units = 0;  // units: samples, or target tokens for text
-  bool per_token = false;
+  EvalSums total;  // units: samples, or target tokens for text
+  int64_t samples = 0;
   {
     // Inference mode: no autograd records and no version counters, less memory than no_grad.
     c10::InferenceMode inference;
@@ -1206,30 +1205,26 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
         logits = model_.forward(x).to(at::kFloat);
       }
       // Language models: every target token counts, padding (-1) does not.
-      const EvalSums sums = eval_sums(logits, y);
-      loss_sum += sums.loss_sum;
-      correct += sums.correct;
-      units += sums.units;
-      per_token = sums.per_token;
+      total += eval_sums(logits, y);
       samples += batch->size;
     }
   }
   if (world > 1) {
-    std::vector<double> sums = {loss_sum, static_cast<double>(correct),
-                                static_cast<double>(samples), static_cast<double>(units)};
+    std::vector<double> sums = {total.loss_sum, static_cast<double>(total.correct),
+                                static_cast<double>(samples), static_cast<double>(total.units)};
     sync_->sum_across_ranks(sums);
-    loss_sum = sums[0];
-    correct = static_cast<int64_t>(std::llround(sums[1]));
+    total.loss_sum = sums[0];
+    total.correct = static_cast<int64_t>(std::llround(sums[1]));
     samples = static_cast<int64_t>(std::llround(sums[2]));
-    units = static_cast<int64_t>(std::llround(sums[3]));
+    total.units = static_cast<int64_t>(std::llround(sums[3]));
   }
   model_.train(was_training);
   EvalResult result;
   result.samples = samples;
-  result.per_token = per_token;
-  if (units > 0) {
-    result.accuracy = static_cast<double>(correct) / static_cast<double>(units);
-    result.loss = loss_sum / static_cast<double>(units);
+  result.per_token = total.per_token;
+  if (total.units > 0) {
+    result.accuracy = static_cast<double>(total.correct) / static_cast<double>(total.units);
+    result.loss = total.loss_sum / static_cast<double>(total.units);
   }
   return result;
 }

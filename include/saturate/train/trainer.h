@@ -51,6 +51,14 @@ struct EvalSums {
   int64_t correct = 0;
   int64_t units = 0;
   bool per_token = false;
+  /// Another batch's sums added (per_token taken from it).
+  EvalSums& operator+=(const EvalSums& o) {
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    units += o.units;
+    per_token = o.per_token;
+    return *this;
+  }
 };
 EvalSums eval_sums(const at::Tensor& logits, const at::Tensor& targets);
 
