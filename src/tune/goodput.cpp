@@ -135,10 +135,11 @@ GoodputChoice choose_by_goodput(const std::vector<std::pair<int64_t, double>>& c
 namespace {
 
 // The guard's next choice on `g`'s measured curve, within `lim`; the branches stay on record.
-GoodputChoice choose_again(const GoodputChoice& g, const Limits& lim, OptimizerKind optimizer) {
+GoodputChoice choose_again(const GoodputChoice& g, const Limits& lim, OptimizerKind optimizer,
+                           double min_gain = kGoodputMinGain) {
   std::vector<std::pair<int64_t, double>> curve;
   for (const GoodputPoint& p : g.curve) curve.emplace_back(p.batch, p.samples_per_s);
-  GoodputChoice next = choose(curve, g.b0, g.noise, g.noise_kind, optimizer, kGoodputMinGain, lim);
+  GoodputChoice next = choose(curve, g.b0, g.noise, g.noise_kind, optimizer, min_gain, lim);
   next.branches = g.branches;
   return next;
 }
@@ -154,11 +155,11 @@ GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
 }
 
 GoodputChoice choose_above(const GoodputChoice& g, int64_t above, double phi,
-                           OptimizerKind optimizer) {
+                           OptimizerKind optimizer, double min_gain) {
   Limits lim;
   lim.phi = std::max(0.0, phi);
   lim.above = above;
-  return choose_again(g, lim, optimizer);
+  return choose_again(g, lim, optimizer, min_gain);
 }
 
 namespace {

@@ -103,9 +103,14 @@ GoodputChoice choose_below(const GoodputChoice& g, int64_t below, double phi,
 
 /// The guard's step after accepting batch `above` whose run measured more efficiency than
 /// predicted: the choice among the measured batches larger than it at φ = `phi`, taken only
-/// when predicted at least kGoodputMinGain faster than `above` (else `chosen` is b0).
+/// when predicted more than `min_gain` faster than `above` (else `chosen` is b0).
 GoodputChoice choose_above(const GoodputChoice& g, int64_t above, double phi,
-                           OptimizerKind optimizer);
+                           OptimizerKind optimizer, double min_gain = kGoodputMinGain);
+
+/// The gain a batch above an accepted one must be predicted to have for the guard to train it
+/// (search up): none, only faster. Unlike a choice made on prediction alone, that batch is
+/// trained and measured before it is taken, so trying it costs a guard run, never quality.
+inline constexpr double kGoodputSearchUpGain = 0.0;
 
 /// A guard run's statistical efficiency against the reference's, from their training-loss
 /// curves (loss per step). A run's loss at k steps is the mean of its last max(1, k/5) losses

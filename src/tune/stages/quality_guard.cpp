@@ -283,10 +283,11 @@ void search_up(TuneState& s, const RunConfig& first, const QualityRun& b, const 
   if (!(at.phi_after > g.phi_used)) return;
   const double reserve = std::isfinite(s.o.budget_s) && s.o.budget_s > 0 ? 0.1 * s.o.budget_s : 0;
   if (s.left_s() < 1.25 * b.wall_s + reserve) return;
-  GoodputChoice up = choose_above(g, c.train.batch_size, at.phi_after, s.base.train.optimizer);
+  GoodputChoice up = choose_above(g, c.train.batch_size, at.phi_after, s.base.train.optimizer,
+                                  kGoodputSearchUpGain);
   if (up.chosen <= c.train.batch_size) {
-    why << "; at that φ no larger measured batch is predicted ≥ "
-        << format_fixed(1 + kGoodputMinGain, 2) << "× as fast as batch " << c.train.batch_size;
+    why << "; at that φ no larger measured batch is predicted faster than batch "
+        << c.train.batch_size;
     return;
   }
   const GoodputChoice before = g;
