@@ -12,6 +12,8 @@
 #include "saturate/core/error.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
+#include "saturate/telemetry/phase_timer.h"
+#include "saturate/train/staged_step.h"
 #include "saturate/train/trainer.h"
 
 namespace saturate {
@@ -77,9 +79,9 @@ struct Held {
 class StepRun {
  public:
   StepRun(DistGroup& g, Model& stage, int index, int count, int64_t micro, const at::Tensor& inputs,
-          const at::Tensor& targets)
+          const at::Tensor& targets, PhaseTimer* timer)
       : g_(g), stage_(stage), index_(index), micro_(micro), first_(index == 0),
-        last_(index == count - 1) {
+        last_(index == count - 1), timer_(timer) {
     const at::Tensor& split_by = first_ ? inputs : targets;
     if (first_ || last_) {
       SATURATE_CHECK(split_by.defined() && micro <= split_by.size(0), "--micro-batches ", micro,
@@ -109,6 +111,7 @@ class StepRun {
     } else {
       h.input = recv_activation(g_, index_ - 1, h.m, device_);
       stats_.wait_ms += ms_since(t0);
+      mark(Phase::kCommunication);
       t0 = Clock::now();
       if (h.input.is_floating_point()) h.input.requires_grad_(true);
     }
@@ -122,7 +125,11 @@ class StepRun {
       h.output = out;
     }
     stats_.compute_ms += ms_since(t0);
-    if (!last_) send_activation(g_, out, index_ + 1, h.m);
+    mark(Phase::kForward);
+    if (!last_) {
+      send_activation(g_, out, index_ + 1, h.m);
+      mark(Phase::kCommunication);
+    }
     held_.push_back(std::move(h));
     stats_.most_held = std::max<int64_t>(stats_.most_held, static_cast<int64_t>(held_.size()));
   }
@@ -139,24 +146,32 @@ class StepRun {
       at::Tensor grad = torch::empty_like(h.output);
       g_.recv(grad, index_ + 1, grad_tag(h.m));
       stats_.wait_ms += ms_since(t0);
+      mark(Phase::kCommunication);
       t0 = Clock::now();
       // A stage whose output needs no gradient (no parameters before it) has nothing to do.
       if (h.output.requires_grad()) h.output.backward(grad);
     }
     stats_.compute_ms += ms_since(t0);
+    mark(Phase::kBackward);
     if (!first_) {
       at::Tensor grad = h.input.grad();
       if (!grad.defined()) grad = torch::zeros_like(h.input);
       g_.send(grad.contiguous(), index_ - 1, grad_tag(h.m));
+      mark(Phase::kCommunication);
     }
   }
 
  private:
+  void mark(Phase phase) {
+    if (timer_ != nullptr) timer_->mark(phase);
+  }
+
   DistGroup& g_;
   Model& stage_;
   int index_;
   int64_t micro_;
   bool first_, last_;
+  PhaseTimer* timer_;
   std::vector<at::Tensor> xs_, ys_;
   double batch_ = 0;
   c10::Device device_{c10::kCPU};
@@ -171,7 +186,7 @@ class StepRun {
 PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::kGPipe;
   if (name == "1f1b") return PipelineSchedule::k1F1B;
-  SATURATE_CHECK(false, "--schedule: '", name, "' is not a pipeline schedule (gpipe, 1f1b)");
+  SATURATE_CHECK(false, "--pipeline-schedule: '", name, "' is not a pipeline schedule (gpipe, 1f1b)");
   return PipelineSchedule::kGPipe;
 }
 
@@ -276,9 +291,9 @@ PipelineStage::PipelineStage(DistGroup& group, Model& stage, PipelineOptions opt
 }
 
 PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
-                                                  const at::Tensor& targets) {
+                                                  const at::Tensor& targets, PhaseTimer* timer) {
   const int64_t micro = options_.micro_batches;
-  StepRun run(group_, stage_, index_, count_, micro, inputs, targets);
+  StepRun run(group_, stage_, index_, count_, micro, inputs, targets, timer);
   if (options_.schedule == PipelineSchedule::kGPipe) {
     while (run.forwards_done() < micro) run.forward();
   } else {
@@ -297,6 +312,7 @@ PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
   group_.broadcast(loss, count_ - 1);
   stats.wait_ms += ms_since(t0);
   stats.loss = loss[0].cpu().item<double>();
+  if (timer != nullptr) timer->mark(Phase::kCommunication);
   return stats;
 }
 
@@ -340,6 +356,91 @@ EvalSums PipelineStage::evaluate(const at::Tensor& inputs, const at::Tensor& tar
   const double* v = got.data_ptr<double>();
   return {v[0], static_cast<int64_t>(std::llround(v[1])), static_cast<int64_t>(std::llround(v[2])),
           v[3] > 0.5};
+}
+
+namespace {
+
+// PipelineStage behind the trainer's seam (train/staged_step.h), optionally one of several
+// replicas of the pipeline (data parallel): after each step's pipeline flush, this stage's
+// gradients are averaged with the same stage's on every replica, in one all-reduce.
+class PipelineStagedStep final : public StagedStep {
+ public:
+  PipelineStagedStep(DistGroup& stages, Model& stage, PipelineOptions options, DistGroup* replicas)
+      : stages_(stages), stage_(stage), replicas_(replicas), pipe_(stages, stage, options) {
+    if (replicas_ == nullptr || replicas_->world_size() < 2) {
+      replicas_ = nullptr;
+      return;
+    }
+    // Replica 0's weights on every replica, as data parallelism starts.
+    std::vector<at::Tensor> params = stage_.parameters();
+    torch::NoGradGuard no_grad;
+    through_one_buffer(params, [&](std::vector<at::Tensor>& flat) { replicas_->broadcast(flat, 0); });
+  }
+
+  at::Tensor forward_backward(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+                              PhaseTimer* timer) override {
+    (void)r;  // the waits are on the timer, as kCommunication
+    const PipelineStepStats stats = pipe_.forward_backward(x, y, timer);
+    at::Tensor loss = torch::full({1}, stats.loss, torch::TensorOptions().dtype(torch::kDouble).device(x.device()));
+    if (replicas_ != nullptr) {
+      average_gradients();
+      std::vector<at::Tensor> v = {loss};
+      replicas_->allreduce_sum(v);
+      loss = v[0] / replicas_->world_size();
+      if (timer != nullptr) timer->mark(Phase::kCommunication);
+    }
+    return loss.reshape({}).to(torch::kFloat);
+  }
+  EvalSums evaluate(const at::Tensor& x, const at::Tensor& y) override {
+    return pipe_.evaluate(x, y);
+  }
+  at::Tensor sum_across_stages(const at::Tensor& value) override {
+    std::vector<at::Tensor> v = {value.reshape({1}).clone()};
+    stages_.allreduce_sum(v);
+    return v[0].reshape({});
+  }
+  int stage() const override { return stages_.rank(); }
+  int stages() const override { return stages_.world_size(); }
+
+ private:
+  // One flat buffer of this stage's gradients, summed across the replicas and divided by them.
+  void average_gradients() {
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : stage_.parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+    const double n = replicas_->world_size();
+    through_one_buffer(grads, [&](std::vector<at::Tensor>& flat) {
+      replicas_->allreduce_sum(flat);
+      flat[0].div_(n);
+    });
+  }
+  // `op` on one flat copy of `ts` (a collective of one tensor, where Gloo takes a list only of
+  // equal shapes), copied back into them; nothing for none.
+  template <typename Op>
+  static void through_one_buffer(std::vector<at::Tensor>& ts, const Op& op) {
+    if (ts.empty()) return;
+    std::vector<at::Tensor> pieces;
+    for (const at::Tensor& t : ts) pieces.push_back(t.reshape({-1}));
+    std::vector<at::Tensor> flat = {at::cat(pieces)};
+    op(flat);
+    int64_t offset = 0;
+    for (at::Tensor& t : ts) {
+      t.copy_(flat[0].slice(0, offset, offset + t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+
+  DistGroup& stages_;
+  Model& stage_;
+  DistGroup* replicas_;
+  PipelineStage pipe_;
+};
+
+}  // namespace
+
+std::unique_ptr<StagedStep> make_pipeline_step(DistGroup& group, Model& stage,
+                                               PipelineOptions options, DistGroup* replicas) {
+  return std::make_unique<PipelineStagedStep>(group, stage, options, replicas);
 }
 
 }  // namespace saturate

@@ -59,6 +59,35 @@ std::string pid_machine() {
   return n > 0 ? id + "/" + std::string(ns, static_cast<size_t>(n)) : "";
 }
 
+// The c10d group of `size` ranks over `store`: Gloo for CPU tensors (and CUDA ones when Gloo is
+// the backend), NCCL for CUDA ones when it is.
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int rank, int size, DistBackend backend,
+                                                  const c10::Device& device,
+                                                  std::chrono::milliseconds timeout) {
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+      c10::make_intrusive<c10d::PrefixStore>("gloo/", store), rank, size, gloo_options(timeout));
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  if (backend == DistBackend::kGloo) {
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    // Gloo also carries CUDA tensors (through host memory) when NCCL is not wanted.
+    if (device.is_cuda())
+      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  }
+#if SATURATE_HAS_NCCL
+  if (backend == DistBackend::kNccl) {
+    auto nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl/", store), rank,
+                                  size, timeout);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  }
+#else
+  (void)device;
+#endif
+  return group;
+}
+
 // Whether `pid` on this machine has ended (gone, or a zombie nobody has reaped yet).
 bool has_exited(long pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -259,33 +288,14 @@ std::unique_ptr<DistGroup> init_process_group(const DistEnv& env, DistBackend ba
   // Keys of one restart attempt never meet another's (torchrun's store outlives attempts).
   g->store = c10::make_intrusive<c10d::PrefixStore>(
       "/worker/attempt_" + std::to_string(env.restart_count) + "/saturate/", base);
-  auto group = c10::make_intrusive<c10d::ProcessGroup>(g->store, env.rank, env.world_size);
   try {
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("gloo/", g->store), env.rank, env.world_size,
-        gloo_options(timeout));
-    group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-    if (g->backend == DistBackend::kGloo) {
-      group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-      // Gloo also carries CUDA tensors (through host memory) when NCCL is not wanted.
-      if (device.is_cuda())
-        group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
-    }
-#if SATURATE_HAS_NCCL
-    if (g->backend == DistBackend::kNccl) {
-      auto nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl/", g->store),
-                                    env.rank, env.world_size, timeout);
-      group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-    }
-#endif
+    g->group = make_group(g->store, env.rank, env.world_size, g->backend, device, timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     SATURATE_CHECK(false, "dist: rank ", env.rank, " of ", env.world_size, " could not connect to ",
                    "its peers through the store at ", where(env), " (", first_line(e.what()), ")");
   }
-  g->group = group;
   if (env.is_distributed()) {
     // Who runs where, so that a failed collective can name a peer that has exited.
     try {
@@ -300,6 +310,32 @@ std::unique_ptr<DistGroup> init_process_group(const DistEnv& env, DistBackend ba
       SATURATE_CHECK(false, "dist: rank ", env.rank, " of ", env.world_size, " lost the store at ",
                      where(env), " while the group formed (", first_line(e.what()), ")");
     }
+  }
+  return std::make_unique<DistGroup>(std::move(g));
+}
+
+std::unique_ptr<DistGroup> DistGroup::subgroup(const std::vector<int>& ranks,
+                                               const std::string& name) {
+  const Impl& me = *impl_;
+  const auto it = std::find(ranks.begin(), ranks.end(), me.env.rank);
+  SATURATE_ASSERT(it != ranks.end(), "dist: rank ", me.env.rank, " is not in subgroup ", name);
+  auto g = std::make_unique<Impl>();
+  g->env = me.env;
+  g->env.rank = static_cast<int>(it - ranks.begin());
+  g->env.world_size = static_cast<int>(ranks.size());
+  g->device = me.device;
+  g->timeout = me.timeout;
+  g->backend = me.backend;
+  g->store = c10::make_intrusive<c10d::PrefixStore>("group/" + name + "/", me.store);
+  for (int r : ranks) {
+    SATURATE_ASSERT(r >= 0 && r < me.env.world_size, "dist: subgroup ", name, " names rank ", r);
+    if (static_cast<size_t>(r) < me.processes.size()) g->processes.push_back(me.processes[r]);
+  }
+  try {
+    g->group = make_group(g->store, g->env.rank, g->env.world_size, g->backend, g->device, g->timeout);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("dist: rank " + std::to_string(me.env.rank) + " could not form group " +
+                             name + " (" + first_line(e.what()) + ")");
   }
   return std::make_unique<DistGroup>(std::move(g));
 }

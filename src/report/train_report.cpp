@@ -151,6 +151,30 @@ json target_to_json(const TrainOptions& o, const TrainSummary& s) {
           {"seen", nan_to_null(s.target_seen)}};
 }
 
+namespace {
+
+// Pipeline parallel: the layout and each stage's measurements; null without a pipeline.
+json pipeline_json(const TrainReport& r) {
+  if (r.stages.empty()) return nullptr;
+  const auto n = static_cast<double>(r.stages.size()), m = static_cast<double>(r.micro_batches);
+  json stages = json::array();
+  for (const StageReport& st : r.stages)
+    stages.push_back({{"first_layer", st.first_layer},
+                      {"last_layer", st.last_layer},
+                      {"predicted_ms", nan_to_null(st.predicted_ms)},
+                      {"compute_ms", st.compute_ms},
+                      {"communication_ms", st.communication_ms},
+                      {"step_ms", st.step_ms},
+                      {"peak_memory_bytes", st.peak_memory_bytes}});
+  return {{"stages", r.stages.size()},
+          {"micro_batches", r.micro_batches},
+          {"schedule", r.pipeline_schedule},
+          {"bubble_formula", (n - 1) / (m + n - 1)},
+          {"per_stage", stages}};
+}
+
+}  // namespace
+
 json train_report_to_json(const TrainReport& r) {
   json j;
   j["schema_version"] = 1;
@@ -160,6 +184,7 @@ json train_report_to_json(const TrainReport& r) {
   j["device"] = r.device;
   j["threads"] = r.threads;
   j["world_size"] = r.world_size;
+  j["pipeline"] = pipeline_json(r);
   j["memory_limit_bytes"] = r.memory_limit_bytes;
   j["val_samples"] = r.val_samples;
   j["terminated"] = r.is_terminated;
@@ -168,6 +193,36 @@ json train_report_to_json(const TrainReport& r) {
   j["context"] = run_context(r.probe, r.device);
   return j;
 }
+
+namespace {
+
+// Pipeline parallel: the layout, then one row per stage (its layers, compute against the
+// split's prediction, the time it spent sending and waiting, and its peak memory).
+template <typename Row>
+void write_stage_rows(const TrainReport& r, const Row& row) {
+  if (r.stages.empty()) return;
+  const auto n = static_cast<int64_t>(r.stages.size());
+  row("pipeline", std::to_string(n) + " stages, " + std::to_string(r.micro_batches) +
+                      " micro-batches per step, " + r.pipeline_schedule + "; bubble (S-1)/(M+S-1) " +
+                      format_fixed(100.0 * static_cast<double>(n - 1) /
+                                       static_cast<double>(r.micro_batches + n - 1),
+                                   0) +
+                      "%");
+  for (int64_t i = 0; i < n; ++i) {
+    const StageReport& st = r.stages[i];
+    std::string v = "layers " + std::to_string(st.first_layer) + "-" +
+                    std::to_string(st.last_layer) + ": compute " + format_fixed(st.compute_ms, 2) +
+                    " ms";
+    if (std::isfinite(st.predicted_ms)) v += " (predicted " + format_fixed(st.predicted_ms, 2) + ")";
+    v += ", communication " + format_fixed(st.communication_ms, 2) + " ms (" +
+         format_fixed(st.step_ms > 0 ? 100 * st.communication_ms / st.step_ms : 0, 0) +
+         "% of its step)";
+    if (st.peak_memory_bytes > 0) v += ", peak " + format_bytes(st.peak_memory_bytes);
+    row("stage " + std::to_string(i), v);
+  }
+}
+
+}  // namespace
 
 void write_train_table(std::ostream& out, const TrainReport& r) {
   const TrainSummary& s = r.summary;
@@ -180,15 +235,17 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
   };
   out << "saturate train: " << r.model << " on " << r.data << ", " << r.device << ", "
       << count_of(r.threads, "thread") << (s.is_interrupted ? " (interrupted)" : "") << "\n";
+  // A pipeline's data-parallel unit is a replica of all its stages, not a rank.
+  const std::string unit = r.stages.empty() ? "rank" : "replica";
   row("steps", std::to_string(s.steps) + " (" + format_fixed(s.epochs, 2) + " epochs, batch " +
                    std::to_string(o.batch_size) +
-                   (world > 1 ? " per rank × " + std::to_string(world) + " ranks = " +
-                                    std::to_string(o.batch_size * world)
+                   (world > 1 ? " per " + unit + " × " + std::to_string(world) + " " + unit +
+                                    "s = " + std::to_string(o.batch_size * world)
                               : std::string()) +
                    ")");
   row("samples/s", world > 1 ? format_fixed(s.samples_per_s * world, 1) + " (steady state, " +
-                                   std::to_string(world) + " ranks in step: " +
-                                   format_fixed(s.samples_per_s, 1) + " on rank 0)"
+                                   std::to_string(world) + " " + unit + "s in step: " +
+                                   format_fixed(s.samples_per_s, 1) + " on " + unit + " 0)"
                              : format_fixed(s.samples_per_s, 1) + " (steady state)");
   if (r.tokens_per_sample > 0)
     row("tokens/s", format_fixed(s.samples_per_s * static_cast<double>(r.tokens_per_sample) * world, 0) +
@@ -198,8 +255,10 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
                        format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
                        format_fixed(s.phases.optimizer_ms, 2) +
-                       (world > 1 ? ", communication " + format_fixed(s.phases.communication_ms, 2)
-                                  : std::string()));
+                       (world > 1 || !r.stages.empty()
+                            ? ", communication " + format_fixed(s.phases.communication_ms, 2)
+                            : std::string()));
+  write_stage_rows(r, row);
   row("precision", to_string(o.precision) +
                        (o.memory_format != MemoryFormat::kContiguous
                             ? ", " + to_string(o.memory_format)

@@ -31,6 +31,7 @@
 #include "saturate/train/lr_schedule.h"
 #include "saturate/train/precision.h"
 #include "saturate/train/optimizer.h"
+#include "saturate/train/staged_step.h"
 #include "train/fused_adamw.h"
 #include "train/state_snapshot.h"
 
@@ -149,14 +150,25 @@ namespace {
 // The global L2 norm of the parameters' gradients as a 0-d float tensor on their device (no
 // host sync); with max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)),
 // as torch.nn.utils.clip_grad_norm_ does.
-at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_norm) {
+// Pipeline parallel (`staged`): the norm of every stage's gradients, summed across the stages,
+// so each clips by the same coefficient; a stage without gradients adds 0 on `device`.
+at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_norm,
+                              StagedStep* staged = nullptr,
+                              const c10::Device& device = c10::kCPU) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return at::Tensor();
-  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
-  const at::Tensor total = at::linalg_vector_norm(at::stack(norms).to(at::kFloat), 2);
-  if (max_norm > 0) {
+  if (grads.empty() && staged == nullptr) return at::Tensor();
+  at::Tensor total;
+  if (staged != nullptr) {
+    const at::Tensor mine =
+        grads.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
+                      : at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
+    total = staged->sum_across_stages(mine).sqrt().to(at::kFloat);
+  } else {
+    total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)).to(at::kFloat), 2);
+  }
+  if (max_norm > 0 && !grads.empty()) {
     const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
     for (at::Tensor& g : grads) g.mul_(coef.to(g.scalar_type()));
   }
@@ -250,8 +262,41 @@ void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
   }
 }
 
+void Trainer::set_staged_step(StagedStep* staged) {
+  const TrainOptions& o = options_;
+  const char* what = sync_ != nullptr        ? "data parallel"
+                     : o.accumulate > 1      ? "--accumulate above 1 (the pipeline's micro-batches "
+                                               "are --micro-batches)"
+                     : o.precision == Precision::kFp16 ? "fp16 (its loss scaler's inf check "
+                                                         "across stages is not built yet; use bf16)"
+                     : o.recompute_segments > 0 ? "--recompute-segments"
+                     : o.adaptive_batch         ? "--adaptive-batch"
+                                                : nullptr;
+  SATURATE_CHECK(staged == nullptr || what == nullptr, "--pipeline-stages: cannot be combined with ",
+                 what, " yet");
+  staged_ = staged;
+}
+
+at::Tensor Trainer::staged_train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+                                      PhaseTimer* timer) {
+  auto& optimizer = *state_->optimizer;
+  optimizer.zero_grad(/*set_to_none=*/true);
+  at::Tensor loss;
+  {
+    AutocastScope autocast(options_.precision, device_.type());
+    loss = staged_->forward_backward(x, y, r, timer);
+  }
+  last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, staged_, device_);
+  optimizer.step();
+  last_noise_ = at::Tensor();
+  last_noise_b_small_ = last_noise_b_big_ = 0;
+  if (timer) timer->mark(Phase::kOptimizer);
+  return loss;
+}
+
 at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, StepRecord& r,
                                PhaseTimer* timer) {
+  if (staged_ != nullptr) return staged_train_step(layout(batch_x), y, r, timer);
   const at::Tensor x = layout(batch_x);
   auto& optimizer = *state_->optimizer;
   auto& scaler = *state_->scaler;
@@ -1140,6 +1185,7 @@ void Trainer::restore(const TrainState& s) {
 
 ProbeResult Trainer::probe(int64_t batch_size, const DatasetSplits& data) {
   SATURATE_CHECK(memory_ != nullptr, "train: probe() needs the trainer to have a DeviceMemory");
+  SATURATE_CHECK(staged_ == nullptr, "train: probe() runs one process's model, not a pipeline's");
   SATURATE_CHECK(batch_size > 0, "train: probe batch size must be positive, got ", batch_size);
   SATURATE_CHECK(data.train.size() > 0, "train: cannot probe with an empty training split");
   const bool was_training = model_.is_training();
@@ -1199,6 +1245,12 @@ EvalResult Trainer::evaluate(const TensorDataset& data, double normalize_mean,
       if (!batch) break;
       at::Tensor x = layout(batch->inputs.to(device_));
       at::Tensor y = batch->targets.to(device_);
+      if (staged_ != nullptr) {  // through every stage; the sums come from the last
+        AutocastScope autocast(options_.precision, device_.type());
+        total += staged_->evaluate(x, y);
+        samples += batch->size;
+        continue;
+      }
       at::Tensor logits;
       {
         AutocastScope autocast(options_.precision, device_.type());

@@ -1198,6 +1198,105 @@ def case_issue15_torchrun_two_ranks_train_as_one_process(tmp):
              f"{b['test_accuracy']} vs {a['test_accuracy']}")
 
 
+def case_issue19_train_pipeline_as_one_process(tmp):
+    # train --pipeline-stages 2 starts 2 ranks, each training its stage of mlp's 6 layers on the
+    # same batches: after 6 SGD steps with the gradient clipped (by the norm of both stages'
+    # gradients together: a stage clipping by its own norm alone drifts), the test split scores
+    # as one process's model does, for either schedule.
+    data = make_idx_dir(tmp, n_train=512, n_test=128)
+    common = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "6", "--batch-size",
+              "32", "--optimizer", "sgd", "--lr", "0.05", "--schedule", "constant",
+              "--clip-grad-norm", "0.05", "--threads", "1", "-q"]
+    one = os.path.join(tmp, "one.json")
+    code, out, err = run(*common, "--summary-json", one)
+    if code != 0:
+        fail(f"one process: exit {code}\n{err}")
+    with open(one) as f:
+        a = json.load(f)
+    if a["pipeline"] is not None:
+        fail(f"one process reports a pipeline: {a['pipeline']}")
+    for schedule in ("gpipe", "1f1b"):
+        path = os.path.join(tmp, schedule + ".json")
+        code, out, err = run(*common, "--pipeline-stages", "2", "--micro-batches", "4",
+                             "--pipeline-schedule", schedule, "--summary-json", path, timeout=180)
+        if code != 0:
+            fail(f"{schedule}: exit {code}\n{out}\n{err}")
+        with open(path) as f:
+            b = json.load(f)
+        p = b["pipeline"]
+        if p is None or p["stages"] != 2 or p["micro_batches"] != 4 or p["schedule"] != schedule:
+            fail(f"{schedule}: summary pipeline {p}")
+        st = p["per_stage"]
+        if len(st) != 2 or st[0]["first_layer"] != 0 or st[1]["last_layer"] != 5 or \
+                st[1]["first_layer"] != st[0]["last_layer"] + 1 or \
+                not all(x["compute_ms"] > 0 and x["communication_ms"] > 0 for x in st):
+            fail(f"{schedule}: stages {st}")
+        if b["world_size"] != 1 or b["global_batch_size"] != 32:
+            fail(f"{schedule}: one replica of batch 32, got world {b['world_size']}, global batch "
+                 f"{b['global_batch_size']}")
+        if "[rank 0]   pipeline        2 stages, 4 micro-batches per step, " + schedule not in out or \
+                "[rank 0]   stage 1         layers" not in out:
+            fail(f"{schedule}: the table does not show the stages:\n{out}")
+        for k in ("test_loss", "final_loss"):
+            if abs(a[k] - b[k]) > 1e-4 * abs(a[k]):
+                fail(f"{schedule}: {k} {b[k]} with 2 stages vs {a[k]} in one process")
+        if a["test_accuracy"] != b["test_accuracy"]:
+            fail(f"{schedule}: test accuracy {b['test_accuracy']} vs {a['test_accuracy']}")
+    # 4 ranks: 2 replicas of the 2-stage pipeline at batch 16 each train as one process at 32
+    # (each stage's gradients averaged with its replica's after every step).
+    path = os.path.join(tmp, "replicas.json")
+    code, out, err = run("launch", "--nproc-per-node", "4", "--", *[x for x in common if x != "32"
+                         and x != "--batch-size"], "--batch-size", "16", "--pipeline-stages", "2",
+                         "--micro-batches", "2", "--summary-json", path, timeout=240)
+    if code != 0:
+        fail(f"2 stages x 2 replicas: exit {code}\n{out}\n{err}")
+    if "2 stages × 2 replicas, global batch 32 (2 × 16)" not in err:
+        fail(f"the ranks do not state the layout:\n{err}")
+    with open(path) as f:
+        c = json.load(f)
+    if c["world_size"] != 2 or c["global_batch_size"] != 32 or c["pipeline"]["stages"] != 2:
+        fail(f"2 x 2 summary: world {c['world_size']}, global batch {c['global_batch_size']}")
+    for k in ("test_loss", "final_loss"):
+        if abs(a[k] - c[k]) > 1e-4 * abs(a[k]):
+            fail(f"2 stages x 2 replicas: {k} {c[k]} vs {a[k]} in one process")
+
+
+def case_issue19_pipeline_bad_input(tmp):
+    data = make_idx_dir(tmp, n_train=256, n_test=64)
+    base = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "2", "--batch-size",
+            "32", "--threads", "1", "-q"]
+    for flags, want in (
+            (["--pipeline-stages", "0"], "--pipeline-stages must be at least 1, got 0"),
+            (["--pipeline-stages", "2", "--micro-batches", "0"], "--micro-batches must be at least 1"),
+            (["--micro-batches", "4"], "--micro-batches needs --pipeline-stages above 1"),
+            (["--pipeline-stages", "2", "--micro-batches", "33"],
+             "--micro-batches 33 is more than the batch of 32"),
+            (["--pipeline-stages", "2", "--pipeline-schedule", "zigzag"],
+             "--pipeline-schedule: 'zigzag' is not a pipeline schedule (gpipe, 1f1b)"),
+            (["--pipeline-stages", "2", "--pipeline-split", "random"], "--pipeline-split: 'random'"),
+            (["--pipeline-stages", "2", "--checkpoint-dir", os.path.join(tmp, "ck")],
+             "--pipeline-stages: cannot be combined with --checkpoint-dir yet"),
+            (["--pipeline-stages", "2", "--accumulate", "2"],
+             "--pipeline-stages: cannot be combined with --accumulate")):
+        expect_usage_error(base + flags, want)
+    if os.path.exists(os.path.join(tmp, "ck")):
+        fail("a rejected run made its checkpoint folder")
+    # Found by the ranks once they know the model and the world: one line, exit 2, through the
+    # launcher.
+    for argv, want in (
+            (base + ["--pipeline-stages", "7"], "--pipeline-stages 7: the model has only 6 layers"),
+            (["train", "--data", "idx:" + make_idx_dir(os.path.join(tmp, "ten"), classes=10),
+              "--model", os.path.join(ARGS.fixtures, "tiny_cnn.pt"), "--steps", "1", "--threads",
+              "1", "-q", "--pipeline-stages", "2"], "cannot be split into stages by layers"),
+            (["launch", "--nproc-per-node", "3", "--"] + base + ["--pipeline-stages", "2"],
+             "--pipeline-stages 2: the world of 3 ranks is not a multiple of it"),
+            ):
+        code, out, err = run(*argv, timeout=180)
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        if code != 2 or want not in last or not last.startswith("saturate: error: "):
+            fail(f"{argv[-6:]}: exit {code}, expected 2 with '{want}' last:\n{err[-3000:]}")
+
+
 def case_issue15_dist_bad_input(tmp):
     data = make_idx_dir(tmp)
     base = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "2", "-q"]

@@ -11,6 +11,7 @@
 #include "recipe.h"
 #include "run_sinks.h"
 #include "train_checkpoints.h"
+#include "train_pipeline.h"
 #include "train_target.h"
 #include "saturate/core/json.h"
 #include "saturate/core/log.h"
@@ -20,6 +21,7 @@
 #include "saturate/models/model.h"
 #include "saturate/report/context.h"
 #include "saturate/report/train_report.h"
+#include "saturate/train/staged_step.h"
 #include "saturate/train/trainer.h"
 #include "saturate/tune/plan.h"
 
@@ -29,6 +31,7 @@ namespace {
 struct TrainFlags {
   RecipeFlags recipe;
   CheckpointFlags checkpoints;
+  PipelineFlags pipeline;
   std::string summary_json;
   std::string logdir;
   std::string trace;
@@ -41,6 +44,7 @@ struct TrainFlags {
 void add_train_flags(CLI::App& app, TrainFlags& f) {
   add_recipe_flags(app, f.recipe, RecipeUse::kTrain);
   add_checkpoint_flags(app, f.checkpoints);
+  add_pipeline_flags(app, f.pipeline);
   app.add_option("--summary-json", f.summary_json, "write the run summary as JSON to FILE");
   app.add_option("--logdir", f.logdir,
                  "write TensorBoard scalars and steps.jsonl (one line per step) into DIR");
@@ -114,9 +118,14 @@ int run_train(const std::vector<std::string>& args) {
   std::optional<Plan> read;
   if (!rf.config.empty()) read = read_plan(rf.config);
   if (read && !read->exec.empty()) return run_exec_plan(*read, app.count("--steps") ? rf.train.steps : 0);
+  check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints));
+  if (f.pipeline.on() && !app.count("--ranks") && !dist_env_from_environment().is_distributed())
+    return run_as_ranks(f.pipeline.stages, "train", args);  // one rank per stage
   if (const int ranks = ranks_to_launch(rf, app, read ? &*read : nullptr, "train"))
     return run_as_ranks(ranks, "train", args);
   if (read) apply_train_plan(*read, app, rf);
+  check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints));  // with the plan's
+  check_pipeline_world(f.pipeline, dist_env_from_environment().world_size);
   rf.train.evaluate = !f.no_eval;
   apply_target(f.target, rf.val_fraction, rf.train);
   rf.train.max_skipped_steps = f.checkpoints.max_skipped_steps;
@@ -132,10 +141,11 @@ int run_train(const std::vector<std::string>& args) {
   if (!checkpoints.dir.empty()) stop_on_sigterm();
   // Data parallel when a launcher says so: each rank trains --batch-size samples of its shard,
   // gradients averaged, so the global batch is world × --batch-size.
-  DataParallelRun dp = join_data_parallel(rf, recipe, "train");
+  DataParallelRun dp = join_data_parallel(rf, recipe, "train", f.pipeline.stages);
   TrainingInput input = open_recipe_input(recipe, dp.device);
   Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
-                                                                   rf.workers, rf.prefetch)));
+                                                                   rf.workers, rf.prefetch),
+                                               f.pipeline.stages));
   const nlohmann::json recipe_info = checkpoint_recipe(rf.model, rf.data, input.source->size(),
                                                        dp.env.world_size, opts);
   if (resume)
@@ -145,7 +155,13 @@ int run_train(const std::vector<std::string>& args) {
   seed_everything(opts.seed);
   auto model = make_model(rf.model, model_inputs_for(input));
   log_start(*model, recipe, input.splits);
-  Trainer trainer(*model, opts, dp.device, memory.get(), dp.sync.get());
+  // Pipeline parallel: this rank trains its stage of the model, the steps go through all.
+  PipelineRun pipe;
+  if (f.pipeline.on())
+    pipe = build_pipeline(f.pipeline, *model, model_inputs_for(input), *dp.group, dp.device, opts,
+                          recipe.memory_limit_bytes);
+  Trainer trainer(pipe.stage ? *pipe.stage : *model, opts, dp.device, memory.get(), dp.sync.get());
+  trainer.set_staged_step(pipe.step.get());
   if (resume) trainer.restore(resume->state);
   std::optional<PeriodicCheckpoints> hook;
   if (!checkpoints.dir.empty()) {
@@ -162,20 +178,12 @@ int run_train(const std::vector<std::string>& args) {
   if (dp.env.rank == 0 && !r.summary.divergence)
     save_trained_model(f.checkpoints, *model, rf.model, rf.data, input, r.summary.steps);
   sinks.finish(dp.group.get());
-  r.options = opts;
-  r.model = model->name();
-  r.data = rf.data;
-  r.device = dp.device.str();
-  r.probe = recipe.probe;
-  r.threads = recipe.threads;
-  r.world_size = dp.env.world_size;
-  r.workers = rf.workers;
-  r.prefetch = rf.prefetch;
-  r.memory_limit_bytes = recipe.memory_limit_bytes;
-  r.loader = loader.stats();
-  r.val_samples = input.splits.validation.size();
-  r.tokens_per_sample = input.tokens_per_sample();
-  r.is_terminated = g_terminated.load();
+  describe_train_run(r, rf, recipe, dp, input, loader, *model, f.pipeline.stages);
+  if (f.pipeline.on()) {
+    r.stages = gather_stage_reports(pipe, *dp.group, r.summary);
+    r.micro_batches = pipe.micro_batches;
+    r.pipeline_schedule = f.pipeline.schedule;
+  }
   return report(r, f, checkpoints, /*reports=*/dp.env.rank == 0);
 }
 

@@ -14,7 +14,10 @@
 #include "saturate/core/units.h"
 #include "saturate/device/device_spec.h"
 #include "saturate/device/threads.h"
+#include "saturate/data/loader.h"
 #include "saturate/distributed/data_parallel.h"
+#include "saturate/models/model.h"
+#include "saturate/report/train_report.h"
 #include "saturate/tune/effective_batch.h"
 #include "saturate/tune/plan.h"
 #include "saturate/tune/tuner.h"
@@ -336,7 +339,7 @@ int ranks_to_launch(const RecipeFlags& f, const CLI::App& app, const Plan* plan,
 }
 
 DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
-                                   const char* command) {
+                                   const char* command, int pipeline_stages) {
   DataParallelRun run;
   run.env = dist_env_from_environment();
   run.device = recipe.device;
@@ -352,6 +355,16 @@ DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
   run.group = init_process_group(
       run.env, backend, run.device,
       std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
+  if (pipeline_stages > 1) {
+    const int replicas = run.env.world_size / pipeline_stages;
+    SATURATE_LOG_INFO(command, ": pipeline parallel, ", run.env.describe(), ", ",
+                      to_string(run.group->backend()), "; ", pipeline_stages, " stages × ",
+                      count_of(replicas, "replica"), ", global batch ",
+                      recipe.train.batch_size * replicas, " (", replicas, " × ",
+                      recipe.train.batch_size, ")",
+                      run.device.is_cuda() ? "; " + mine.reason : std::string());
+    return run;
+  }
   run.sync = make_data_parallel(*run.group);
   SATURATE_LOG_INFO(command, ": data parallel, ", run.env.describe(), ", ",
                     to_string(run.group->backend()), "; global batch ",
@@ -372,10 +385,31 @@ void throw_collective_failure(const DataParallelRun& run, const char* command,
                            " (" + first_line(e.what()) + ")");
 }
 
-LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader) {
-  loader.rank = run.env.rank;
-  loader.world = run.env.world_size;
+LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader, int pipeline_stages) {
+  const int stages = std::max(1, pipeline_stages);
+  loader.rank = run.env.rank / stages;
+  loader.world = run.env.world_size / stages;
   return loader;
+}
+
+void describe_train_run(TrainReport& r, const RecipeFlags& rf, const Recipe& recipe,
+                        const DataParallelRun& dp, const TrainingInput& input,
+                        const Loader& loader, const Model& model, int pipeline_stages) {
+  r.options = recipe.train;
+  r.model = model.name();
+  r.data = rf.data;
+  r.device = dp.device.str();
+  r.probe = recipe.probe;
+  r.threads = recipe.threads;
+  // A pipeline's ranks are its stages: one replica of the model, every stage on each batch.
+  r.world_size = dp.env.world_size / std::max(1, pipeline_stages);
+  r.workers = rf.workers;
+  r.prefetch = rf.prefetch;
+  r.memory_limit_bytes = recipe.memory_limit_bytes;
+  r.loader = loader.stats();
+  r.val_samples = input.splits.validation.size();
+  r.tokens_per_sample = input.tokens_per_sample();
+  r.is_terminated = g_terminated.load();
 }
 
 }  // namespace saturate::cli

@@ -23,7 +23,10 @@ class App;
 }
 
 namespace saturate {
+class Loader;
+class Model;
 struct Plan;
+struct TrainReport;
 }
 
 namespace saturate::cli {
@@ -116,13 +119,22 @@ TrainingInput open_recipe_input(const Recipe& recipe, const c10::Device& device)
 
 /// Joins the data-parallel job the environment describes (torchrun, srun), or returns a run of
 /// one process. Bad variables, --backend or --dist-timeout are exit-2 errors.
+/// `pipeline_stages` > 1: the ranks are a pipeline's stages (train_pipeline.h), so the group
+/// is joined but no gradient sync is made.
 DataParallelRun join_data_parallel(const RecipeFlags& flags, const Recipe& recipe,
-                                   const char* command);
+                                   const char* command, int pipeline_stages = 1);
 /// For a collective that failed mid-run (almost always another rank that died or hung): throws
 /// the one error line, naming the rank that exited when this host can tell.
 [[noreturn]] void throw_collective_failure(const DataParallelRun& run, const char* command,
                                            const std::exception& e);
-/// `loader` sharded for the run: this rank's part of each epoch.
-LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader);
+/// `loader` sharded for the run: this rank's part of each epoch. A pipeline's stages all read
+/// their replica's part (rank / `pipeline_stages` of world / `pipeline_stages`).
+LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader, int pipeline_stages = 1);
+
+/// What a train run ran with, into its report (the summary is already in `r`). A pipeline's
+/// ranks are its stages, so world_size counts the replicas: world / `pipeline_stages`.
+void describe_train_run(TrainReport& r, const RecipeFlags& flags, const Recipe& recipe,
+                        const DataParallelRun& dp, const TrainingInput& input,
+                        const Loader& loader, const Model& model, int pipeline_stages);
 
 }  // namespace saturate::cli

@@ -17,6 +17,7 @@
 //   for (each batch) { zero the stage's grads; pipe.forward_backward(x, y); step its optimizer; }
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,8 @@ namespace saturate {
 
 class DistGroup;
 class Model;
+class PhaseTimer;
+class StagedStep;
 
 enum class PipelineSchedule { kGPipe, k1F1B };
 /// "gpipe" | "1f1b"; anything else is a saturate::Error naming them.
@@ -92,7 +95,10 @@ class PipelineStage {
   /// stage's parameters' gradients accumulate the gradient of the batch's mean loss (each
   /// micro-batch's mean weighted by its share of the batch), as one process's backward of the
   /// whole batch would give; zero them before. saturate::Error when M exceeds the batch.
-  PipelineStepStats forward_backward(const at::Tensor& inputs, const at::Tensor& targets);
+  /// With `timer`: this stage's forward and backward compute, and its sends and waits (as
+  /// communication), marked as they happen.
+  PipelineStepStats forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
+                                     PhaseTimer* timer = nullptr);
 
   /// Evaluation of one batch through the stages, forward only (inference mode), in the same M
   /// micro-batches: the sums of train/trainer.h's eval_sums over the batch, from the last stage,
@@ -105,5 +111,15 @@ class PipelineStage {
   PipelineOptions options_;
   int index_ = 0, count_ = 1;
 };
+
+/// The trainer's seam (train/staged_step.h) over a PipelineStage of `stage` on `group` (the
+/// pipeline's stages, in order): set it with Trainer::set_staged_step on a Trainer of `stage`.
+/// With `replicas` (this stage on each replica of the pipeline, in replica order; a group of
+/// more than one), data parallel too: replica 0's weights at the start, and after each step's
+/// flush the stage's gradients (and the loss) averaged across the replicas in one all-reduce.
+/// `group`, `stage` and `replicas` must outlive it.
+std::unique_ptr<StagedStep> make_pipeline_step(DistGroup& group, Model& stage,
+                                               PipelineOptions options,
+                                               DistGroup* replicas = nullptr);
 
 }  // namespace saturate

@@ -73,6 +73,12 @@ class DistGroup {
   /// collective that failed: waits up to `settle` for an exiting peer to be gone.
   std::string exited_peers(std::chrono::milliseconds settle = std::chrono::milliseconds(1000)) const;
 
+  /// A group of some of this group's ranks (`ranks`, in the new group's rank order; this rank
+  /// must be among them) over the same store under `name`: for a pipeline's stages within a
+  /// replica and a stage's replicas. Every rank in `ranks`, and only those, calls it with the
+  /// same arguments. Its failures are std::runtime_error naming the group.
+  std::unique_ptr<DistGroup> subgroup(const std::vector<int>& ranks, const std::string& name);
+
   /// For modules of saturate that drive c10d directly (the gradient reducer).
   Impl& impl() { return *impl_; }
 

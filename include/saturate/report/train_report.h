@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,16 @@
 #include "saturate/train/trainer.h"
 
 namespace saturate {
+
+/// One pipeline stage of a run (train --pipeline-stages), as its rank measured it.
+struct StageReport {
+  int64_t first_layer = 0, last_layer = 0;  ///< of the model's chain, inclusive
+  double predicted_ms = std::numeric_limits<double>::quiet_NaN();  ///< the split's profile
+  double compute_ms = 0;        ///< forward and backward per step (steady-state means)
+  double communication_ms = 0;  ///< sending, and waiting for a neighbour (the bubble)
+  double step_ms = 0;
+  int64_t peak_memory_bytes = 0;
+};
 
 /// A finished (or stopped) run and what it ran with.
 struct TrainReport {
@@ -40,6 +52,11 @@ struct TrainReport {
   /// Text data: tokens per sample (the window length), for tokens/s and perplexity; 0: images.
   int64_t tokens_per_sample = 0;
   bool is_terminated = false;      ///< SIGTERM stopped it (interrupted is set too)
+  /// Pipeline parallel: the stages (one per rank; world_size then counts replicas, 1), the
+  /// micro-batches per step and the schedule. Empty `stages`: no pipeline.
+  std::vector<StageReport> stages;
+  int64_t micro_batches = 0;
+  std::string pipeline_schedule;
 };
 
 /// schema_version 1: configuration, loader, throughput (rank 0's and the job's), memory, loss

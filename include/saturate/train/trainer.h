@@ -33,6 +33,7 @@ class DeviceMemory;
 class GradientSync;
 class Model;
 class PhaseTimer;
+class StagedStep;
 class TelemetrySink;
 
 /// A target that no loss counts (padding in token windows).
@@ -172,6 +173,12 @@ class Trainer {
   /// when `stop` ends the run (preemption) and when it completes. Under data parallel the ranks
   /// agree on it every 8 steps and rank 0 saves. `hook` must outlive fit(); null: none.
   void set_checkpoint_hook(CheckpointHook* hook) { hook_ = hook; }
+  /// Pipeline parallelism (train/staged_step.h): the trainer's model is this process's stage,
+  /// and every step's forward and backward and every evaluation batch go through `staged`,
+  /// which must outlive fit(). Set before fit(); null: none. saturate::Error for what a staged
+  /// step cannot do yet: data parallel (a sync), accumulation, fp16's loss scaler, recomputation
+  /// and --adaptive-batch, each named.
+  void set_staged_step(StagedStep* staged);
 
   const TrainOptions& options() const { return options_; }
   const c10::Device& device() const { return device_; }
@@ -215,6 +222,9 @@ class Trainer {
   int64_t step_accumulate_ = 0;
   at::Tensor train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                         PhaseTimer* timer);
+  // train_step through staged_: the pipeline runs the micro-batches, the norm is all stages'.
+  at::Tensor staged_train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
+                               PhaseTimer* timer);
 
   // The batch in options().memory_format (a copy for channels-last, which needs 4-D batches).
   at::Tensor layout(const at::Tensor& x) const;
@@ -227,6 +237,7 @@ class Trainer {
   std::unique_ptr<State> state_;
   std::unique_ptr<PhaseTimer> timer_;
   CheckpointHook* hook_ = nullptr;
+  StagedStep* staged_ = nullptr;
 };
 
 /// Steady-state samples/s of `records`: samples over step time after the first `warmup_steps`

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "train_pipeline.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include "recipe.h"
+#include "train_checkpoints.h"
+#include "saturate/core/error.h"
+#include "saturate/core/log.h"
+#include "saturate/core/units.h"
+#include "saturate/distributed/pipeline.h"
+#include "saturate/distributed/process_group.h"
+#include "saturate/models/model.h"
+#include "saturate/report/train_report.h"
+#include "saturate/train/staged_step.h"
+#include "saturate/train/train_options.h"
+
+namespace saturate::cli {
+
+void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
+  app.add_option("--pipeline-stages", f.stages,
+                 "split the model by layers over this many ranks (pipeline parallel; started "
+                 "here as that many ranks unless a launcher started this one)")
+      ->capture_default_str();
+  app.add_option("--micro-batches", f.micro_batches,
+                 "with --pipeline-stages: micro-batches per step (default: 4 × stages, at most "
+                 "the batch)");
+  app.add_option("--pipeline-schedule", f.schedule, "with --pipeline-stages: gpipe or 1f1b")
+      ->capture_default_str();
+  app.add_option("--pipeline-split", f.split,
+                 "with --pipeline-stages: balanced (by each layer's measured time, within "
+                 "--memory-limit) or even (by layer count)")
+      ->capture_default_str();
+}
+
+std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& checkpoints) {
+  const TrainOptions& o = rf.train;
+  if (!checkpoints.dir.empty()) return "--checkpoint-dir";
+  if (!checkpoints.resume.empty()) return "--resume";
+  if (!checkpoints.save_model.empty()) return "--save-model";
+  if (o.accumulate > 1) return "--accumulate (the pipeline's micro-batches are --micro-batches)";
+  if (rf.precision == "fp16") return "--precision fp16 (the loss scaler across stages)";
+  if (o.recompute_segments > 0) return "--recompute-segments";
+  if (o.adaptive_batch) return "--adaptive-batch";
+  return "";
+}
+
+void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,
+                          const std::string& incompatible) {
+  SATURATE_CHECK(f.stages >= 1, "--pipeline-stages must be at least 1, got ", f.stages);
+  SATURATE_CHECK(f.micro_batches == -1 || f.micro_batches >= 1,
+                 "--micro-batches must be at least 1, got ", f.micro_batches);
+  SATURATE_CHECK(f.micro_batches <= o.batch_size || o.batch_size < 1, "--micro-batches ", f.micro_batches,
+                 " is more than the batch of ", o.batch_size);
+  parse_pipeline_schedule(f.schedule);
+  SATURATE_CHECK(f.split == "balanced" || f.split == "even", "--pipeline-split: '", f.split,
+                 "' is not a split (balanced, even)");
+  SATURATE_CHECK(f.on() || f.micro_batches == -1, "--micro-batches needs --pipeline-stages above 1 "
+                 "(micro-batches of one process's step are --accumulate)");
+  if (!f.on()) return;
+  SATURATE_CHECK(incompatible.empty(), "--pipeline-stages: cannot be combined with ", incompatible,
+                 " yet");
+}
+
+void check_pipeline_world(const PipelineFlags& f, int world) {
+  if (!f.on()) return;
+  SATURATE_CHECK(world % f.stages == 0, "--pipeline-stages ", f.stages, ": the world of ", world,
+                 " ranks is not a multiple of it");
+}
+
+namespace {
+
+// The cut points [b0, e0 = b1, ...] of rank 0's split, on every rank.
+std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Model& model,
+                                                      const ModelInputs& inputs, DistGroup& group,
+                                                      const TrainOptions& o, int64_t limit,
+                                                      std::vector<double>& predicted_ms) {
+  const int64_t layers = model.pipeline_layers();
+  SATURATE_CHECK(layers > 0, "--pipeline-stages: ", model.name(),
+                 " cannot be split into stages by layers");
+  std::vector<std::pair<int64_t, int64_t>> spans = split_layers_evenly(layers, f.stages);
+  at::Tensor cuts = torch::zeros({f.stages}, torch::kLong);
+  if (group.rank() == 0 && f.split == "balanced") {
+    // The profile runs on the CPU copy of the model, at the batch, with random inputs: the
+    // layers' cost does not depend on the values.
+    std::vector<int64_t> shape = {o.batch_size};
+    shape.insert(shape.end(), inputs.sample_shape.begin(), inputs.sample_shape.end());
+    const std::vector<LayerCost> costs = profile_layers(model, torch::randn(shape), 3);
+    const double param_scale = o.optimizer == OptimizerKind::kSgd ? 3 : 4;
+    const StageSplit split = split_layers_balanced(costs, f.stages, limit, param_scale);
+    spans = split.spans;
+    predicted_ms = split.ms;
+    for (int s = 0; s < f.stages; ++s)
+      SATURATE_LOG_INFO("train: pipeline stage ", s, ": layers ", spans[s].first, "-",
+                        spans[s].second - 1, ", predicted ", format_fixed(split.ms[s], 1),
+                        " ms forward and backward per batch, ", format_bytes(split.bytes[s]));
+  }
+  for (int s = 0; s < f.stages; ++s) cuts[s] = spans[s].second;
+  std::vector<at::Tensor> v = {cuts};
+  group.broadcast(v, 0);
+  for (int s = 0; s < f.stages; ++s) {
+    spans[s].first = s == 0 ? 0 : v[0][s - 1].item<int64_t>();
+    spans[s].second = v[0][s].item<int64_t>();
+  }
+  return spans;
+}
+
+}  // namespace
+
+PipelineRun build_pipeline(const PipelineFlags& f, Model& model, const ModelInputs& inputs,
+                           DistGroup& group, const c10::Device& device, const TrainOptions& o,
+                           int64_t memory_limit_bytes) {
+  PipelineRun run;
+  run.spans = agreed_split(f, model, inputs, group, o, memory_limit_bytes, run.predicted_ms);
+  const auto& spans = run.spans;
+  const int stages = f.stages, replicas = group.world_size() / stages;
+  const int me = group.rank() % stages, replica = group.rank() / stages;
+  std::vector<int> mine, same_stage;
+  for (int s = 0; s < stages; ++s) mine.push_back(replica * stages + s);
+  for (int d = 0; d < replicas; ++d) same_stage.push_back(d * stages + me);
+  run.stages_group = group.subgroup(mine, "pipeline" + std::to_string(replica));
+  if (replicas > 1) run.replicas_group = group.subgroup(same_stage, "stage" + std::to_string(me));
+  run.stage = model.pipeline_stage(spans[me].first, spans[me].second);
+  SATURATE_CHECK(run.stage != nullptr, "--pipeline-stages: ", model.name(),
+                 " cannot be split into stages by layers");
+  run.micro_batches =
+      f.micro_batches > 0 ? f.micro_batches : std::min<int64_t>(4 * f.stages, o.batch_size);
+  PipelineOptions po;
+  po.micro_batches = run.micro_batches;
+  po.schedule = parse_pipeline_schedule(f.schedule);
+  run.step = make_pipeline_step(*run.stages_group, *run.stage, po, run.replicas_group.get());
+  SATURATE_LOG_INFO("train: pipeline parallel, stage ", me, " of ", f.stages,
+                    replicas > 1 ? " of replica " + std::to_string(replica) + " of " +
+                                       std::to_string(replicas)
+                                 : std::string(),
+                    " (layers ",
+                    spans[me].first, "-", spans[me].second - 1, ") on ", device.str(), "; ",
+                    run.micro_batches, " micro-batches per step of ", o.batch_size, ", ",
+                    f.schedule, ", bubble (S-1)/(M+S-1) = ",
+                    format_fixed(100.0 * (f.stages - 1) /
+                                     static_cast<double>(run.micro_batches + f.stages - 1),
+                                 0),
+                    "%");
+  return run;
+}
+
+std::vector<StageReport> gather_stage_reports(const PipelineRun& run, DistGroup& group,
+                                              const TrainSummary& summary) {
+  const PhaseBreakdown& p = summary.phases;
+  const std::vector<std::vector<double>> all = group.allgather(
+      {p.forward_ms + p.backward_ms, p.communication_ms, p.step_ms,
+       static_cast<double>(summary.peak_memory_bytes)});
+  std::vector<StageReport> stages;
+  // Ranks 0..S-1 are replica 0's stages, in order.
+  for (size_t s = 0; s < all.size() && s < run.spans.size(); ++s) {
+    StageReport st;
+    st.first_layer = run.spans[s].first;
+    st.last_layer = run.spans[s].second - 1;
+    if (s < run.predicted_ms.size()) st.predicted_ms = run.predicted_ms[s];
+    st.compute_ms = all[s][0];
+    st.communication_ms = all[s][1];
+    st.step_ms = all[s][2];
+    st.peak_memory_bytes = static_cast<int64_t>(all[s][3]);
+    stages.push_back(st);
+  }
+  return stages;
+}
+
+}  // namespace saturate::cli

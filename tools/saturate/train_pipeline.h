@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// `train --pipeline-stages S --micro-batches M --pipeline-schedule gpipe|1f1b`: the model split
+// by layers over S ranks (distributed/pipeline.h), each training its own stage.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+namespace CLI {
+class App;
+}
+
+namespace saturate {
+class DistGroup;
+class Model;
+class StagedStep;
+struct ModelInputs;
+struct StageReport;
+struct TrainSummary;
+struct TrainOptions;
+}  // namespace saturate
+
+namespace saturate::cli {
+
+struct PipelineFlags {
+  int stages = 1;
+  int64_t micro_batches = -1;  ///< -1: min(4 × stages, the batch)
+  std::string schedule = "1f1b";
+  std::string split = "balanced";  ///< balanced (profiled) | even (by layer count)
+  bool on() const { return stages > 1; }
+};
+
+void add_pipeline_flags(CLI::App& app, PipelineFlags& flags);
+
+struct RecipeFlags;
+struct CheckpointFlags;
+/// What a pipeline run cannot do yet, as the flag that asks for it (empty: nothing).
+std::string pipeline_incompatible(const RecipeFlags& recipe, const CheckpointFlags& checkpoints);
+
+/// The flags' values, before anything starts: saturate::Error (exit 2) for fewer than 1 stage,
+/// --micro-batches below 1 or above the batch, an unknown schedule or split, and, with more than
+/// one stage, what a pipeline run cannot do yet (`incompatible`, a flag's name; empty: nothing).
+void check_pipeline_flags(const PipelineFlags& flags, const TrainOptions& options,
+                          const std::string& incompatible);
+
+/// Under a launcher: the world must be a multiple of the stages (world / stages replicas of the
+/// pipeline, data parallel). saturate::Error naming both otherwise.
+void check_pipeline_world(const PipelineFlags& flags, int world);
+
+/// This rank's stage of `model` and the step that runs it: rank r is stage r % S of replica
+/// r / S, and with several replicas each stage's gradients are averaged across them after every
+/// step. The split is rank 0's (by its
+/// profile of each layer's forward and backward at the batch, for "balanced"), broadcast so
+/// every rank builds the same one, and logged with each stage's predicted time and memory.
+/// saturate::Error for a model that cannot be split, more stages than layers, or no split
+/// within `memory_limit_bytes` (0: none).
+struct PipelineRun {
+  std::unique_ptr<DistGroup> stages_group, replicas_group;  ///< this replica's stages; this stage's replicas
+  std::unique_ptr<Model> stage;
+  std::unique_ptr<StagedStep> step;
+  int64_t micro_batches = 1;
+  std::vector<std::pair<int64_t, int64_t>> spans;  ///< [begin, end) of every stage's layers
+  std::vector<double> predicted_ms;  ///< rank 0's profile per stage (empty elsewhere, or even)
+};
+PipelineRun build_pipeline(const PipelineFlags& flags, Model& model, const ModelInputs& inputs,
+                           DistGroup& group, const c10::Device& device,
+                           const TrainOptions& options, int64_t memory_limit_bytes);
+
+/// Every stage's layers and steady-state measurements (from `summary`, this rank's), gathered
+/// from all ranks (a collective), with rank 0's predictions.
+std::vector<StageReport> gather_stage_reports(const PipelineRun& run, DistGroup& group,
+                                              const TrainSummary& summary);
+
+}  // namespace saturate::cli
