@@ -1261,6 +1261,25 @@ def case_issue19_train_pipeline_as_one_process(tmp):
             fail(f"2 stages x 2 replicas: {k} {c[k]} vs {a[k]} in one process")
 
 
+def case_issue19_pipeline_fits_where_one_process_does_not(tmp):
+    # mlp-deep at batch 256 peaks near 56 MiB in one process: under a 45 MiB budget per process
+    # it runs out of memory, while 2 stages (each holding its half of the layers and their
+    # activations) train within it.
+    base = ["train", "--model", "mlp-deep", "--steps", "5", "--batch-size", "256", "--threads",
+            "1", "-q", "--no-eval", "--memory-limit", "45MiB"]
+    code, out, err = run(*base, timeout=180)
+    if code != 1 or "out of memory" not in err:
+        fail(f"one process under 45 MiB: exit {code}, expected 1 with out of memory\n{err[-2000:]}")
+    path = os.path.join(tmp, "two.json")
+    code, out, err = run(*base, "--pipeline-stages", "2", "--summary-json", path, timeout=180)
+    if code != 0:
+        fail(f"2 stages under 45 MiB: exit {code}\n{err[-3000:]}")
+    with open(path) as f:
+        st = json.load(f)["pipeline"]["per_stage"]
+    if len(st) != 2 or not all(0 < x["peak_memory_bytes"] <= 45 << 20 for x in st):
+        fail(f"stages' peaks: {[x['peak_memory_bytes'] for x in st]}")
+
+
 def case_issue19_pipeline_bad_input(tmp):
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     base = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "2", "--batch-size",
