@@ -142,7 +142,8 @@ void small_batch(const RunFacts& f, const Shares& s, const DiagnoseThresholds& t
                        "fastest) so each kernel does more work"));
     return;
   }
-  if (s.steps == 0 || s.step_ms >= t.tiny_step_ms) return;
+  // No step time (a configuration that was not measured) says nothing about its size.
+  if (s.steps == 0 || !(s.step_ms > 0) || s.step_ms >= t.tiny_step_ms) return;
   // Past the measured noise scale a larger batch buys samples/s with samples.
   const bool past_noise = f.noise.is_resolved() && global_batch(f) > f.noise.high;
   out.push_back(make("small-batch", Severity::kInfo,

@@ -32,7 +32,8 @@ const std::vector<std::string> kConfigKeys = {
     "batch_size", "precision",    "accumulate", "recompute_segments",
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
-    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size", "clip_grad_norm"};
+    "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size", "clip_grad_norm",
+    "pipeline_stages", "micro_batches", "pipeline_schedule"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -250,7 +251,10 @@ json config_to_json(const RunConfig& c) {
           {"eval_batch_size", t.eval_batch_size},
           {"eval_every", t.eval_every},
           {"memory_format", to_string(t.memory_format)},
-          {"world_size", c.world_size}};
+          {"world_size", c.world_size},
+          {"pipeline_stages", c.pipeline_stages},
+          {"micro_batches", c.micro_batches},
+          {"pipeline_schedule", c.pipeline_schedule}};
 }
 
 // Fields the reader leaves out keep TrainOptions' defaults.
@@ -282,6 +286,16 @@ RunConfig config_from_json(const FieldReader& r) {
   r.check(c.world_size <= 65536, r.field("world_size"), " must be at most 65536, got ",
           c.world_size);
   r.check(c.prefetch <= 64, r.field("prefetch"), " must be at most 64, got ", c.prefetch);
+  c.pipeline_stages = static_cast<int>(
+      r.integer("pipeline_stages", c.pipeline_stages, 1, "an integer in [1, 1024]"));
+  r.check(c.pipeline_stages <= 1024 && c.world_size % c.pipeline_stages == 0,
+          r.field("pipeline_stages"), " (", c.pipeline_stages, ") must divide ",
+          r.field("world_size"), " (", c.world_size, ")");
+  c.micro_batches = r.integer("micro_batches", c.micro_batches, 0,
+                              "a non-negative integer (0: train's default)");
+  r.check(c.micro_batches <= t.batch_size, r.field("micro_batches"), " (", c.micro_batches,
+          ") must not exceed ", r.field("batch_size"), " (", t.batch_size, ")");
+  c.pipeline_schedule = r.name("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b"});
   t.seed = r.unsigned_integer("seed", t.seed);
   t.momentum = r.number("momentum", t.momentum, is_non_negative, "a non-negative number");
   t.weight_decay =

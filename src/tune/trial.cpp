@@ -21,7 +21,14 @@ int64_t steps_for_timed(double min_timed_s, double samples_per_s, int64_t batch,
 std::string RunConfig::describe() const {
   std::ostringstream s;
   s << "batch " << train.batch_size;
-  if (world_size > 1) s << " per rank × " << world_size << " ranks";
+  if (pipeline_stages > 1) {
+    if (replicas() > 1) s << " per replica × " << replicas() << " replicas";
+    s << ", " << pipeline_stages << " pipeline stages";
+    if (micro_batches > 0) s << " × " << micro_batches << " micro-batches";
+    s << " (" << pipeline_schedule << ")";
+  } else if (world_size > 1) {
+    s << " per rank × " << world_size << " ranks";
+  }
   s << ", " << to_string(train.precision);
   if (train.accumulate > 1) s << ", accumulate " << train.accumulate;
   if (train.recompute_segments > 0) s << ", recompute " << train.recompute_segments;

@@ -1280,6 +1280,56 @@ def case_issue19_pipeline_fits_where_one_process_does_not(tmp):
         fail(f"stages' peaks: {[x['peak_memory_bytes'] for x in st]}")
 
 
+def case_issue19_tune_measures_pipeline_stages_when_memory_binds(tmp):
+    # mlp-deep's weights and AdamW state take most of 60 MiB: the user's batch of 256 fits one
+    # process only through accumulation, whose run sits at the limit. The ranks stage then also
+    # runs the batch as 2 pipeline stages (each holding half the layers) through train itself,
+    # and the plan it keeps trains an epoch within the limit under train --config. On this
+    # machine one process runs out of memory in train and the plan takes the 2 stages.
+    data = "synthetic:1,28,28,10,2048"
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", data, "--model", "mlp-deep", "--batch-size", "256",
+                         "--memory-limit", "60MiB", "--budget-s", "90", "--max-ranks", "2",
+                         "--effective-batch", "keep", "--quality-samples", "0", "--out",
+                         plan_path, timeout=280)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    [stage] = [s for s in plan["stages"] if s["name"] == "ranks"]
+    if len(os.sched_getaffinity(0)) < 2:
+        print("one usable core: no pipeline to try")
+        return
+    trials = [t for t in plan["trials"] if t["stage"] == "ranks"]
+    piped = [t for t in trials if t["config"]["pipeline_stages"] == 2]
+    if not piped or any(t["config"]["batch_size"] != 256 or t["config"]["accumulate"] != 1 or
+                        t["config"]["world_size"] != 2 for t in piped):
+        fail(f"ranks trials: {[(t['config']['pipeline_stages'], t['config']['batch_size']) for t in trials]}")
+    if not any(t["outcome"] == "fits" and t["samples_per_s"] > 0 for t in piped) or \
+            "2 pipeline stages × 1 thread" not in stage["why"]:
+        fail(f"the 2 stages did not run: {stage['why']}")
+    c = plan["config"]
+    ones = [t for t in trials if t["config"]["world_size"] == 1]
+    if c["pipeline_stages"] == 1 and not any(t["outcome"] == "fits" for t in ones):
+        fail(f"kept one process, which did not run: {stage['why']}")
+    if c["pipeline_stages"] == 2 and "one process does not run within the memory limit" not in \
+            stage["why"] and "2 pipeline stages" not in stage["why"].split("kept")[-1]:
+        fail(f"took the stages without saying why: {stage['why']}")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, "--data", data, "--model", "mlp-deep",
+                         "--epochs", "1", "--no-eval", "-q", "--summary-json", summary, timeout=240)
+    if code != 0:
+        fail(f"train --config: exit {code}\n{err[-3000:]}")
+    with open(summary) as f:
+        sj = json.load(f)
+    peaks = ([x["peak_memory_bytes"] for x in sj["pipeline"]["per_stage"]] if sj["pipeline"]
+             else [sj["peak_memory_bytes"]])
+    if (sj["pipeline"] is not None) != (c["pipeline_stages"] == 2) or \
+            not all(0 < p <= 60 << 20 for p in peaks) or sj["epochs"] < 0.99:
+        fail(f"the plan's run: pipeline {sj['pipeline']}, peaks {peaks}, epochs {sj['epochs']}")
+    print(f"plan: {c['pipeline_stages']} stage(s); {stage['why'][-200:]}")
+
+
 def case_issue19_pipeline_bad_input(tmp):
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     base = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "2", "--batch-size",

@@ -57,8 +57,10 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_flag("-q,--quiet", f.quiet, "no progress bar");
 }
 
-void apply_train_plan(const Plan& plan, const CLI::App& app, RecipeFlags& rf) {
+void apply_train_plan(const Plan& plan, const CLI::App& app, RecipeFlags& rf,
+                      PipelineFlags& pipeline) {
   apply_plan(plan, app, rf, dist_env_from_environment().world_size);
+  apply_plan_pipeline(plan, app, pipeline);
   SATURATE_LOG_INFO("train: plan ", rf.config, ": ", plan.config.describe(),
                     " (flags given on the command line override it)");
   if (plan.interrupted)
@@ -123,7 +125,7 @@ int run_train(const std::vector<std::string>& args) {
     return run_as_ranks(f.pipeline.stages, "train", args);  // one rank per stage
   if (const int ranks = ranks_to_launch(rf, app, read ? &*read : nullptr, "train"))
     return run_as_ranks(ranks, "train", args);
-  if (read) apply_train_plan(*read, app, rf);
+  if (read) apply_train_plan(*read, app, rf, f.pipeline);
   check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints));  // with the plan's
   check_pipeline_world(f.pipeline, dist_env_from_environment().world_size);
   rf.train.evaluate = !f.no_eval;

@@ -18,6 +18,7 @@
 #include "saturate/report/train_report.h"
 #include "saturate/train/staged_step.h"
 #include "saturate/train/train_options.h"
+#include "saturate/tune/plan.h"
 
 namespace saturate::cli {
 
@@ -47,6 +48,14 @@ std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& 
   if (o.recompute_segments > 0) return "--recompute-segments";
   if (o.adaptive_batch) return "--adaptive-batch";
   return "";
+}
+
+void apply_plan_pipeline(const Plan& plan, const CLI::App& app, PipelineFlags& f) {
+  const RunConfig& c = plan.config;
+  if (app.count("--pipeline-stages") == 0) f.stages = c.pipeline_stages;
+  if (app.count("--micro-batches") == 0 && c.pipeline_stages > 1 && c.micro_batches > 0)
+    f.micro_batches = c.micro_batches;
+  if (app.count("--pipeline-schedule") == 0) f.schedule = c.pipeline_schedule;
 }
 
 void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,

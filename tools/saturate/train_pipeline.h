@@ -20,6 +20,7 @@ class DistGroup;
 class Model;
 class StagedStep;
 struct ModelInputs;
+struct Plan;
 struct StageReport;
 struct TrainSummary;
 struct TrainOptions;
@@ -36,6 +37,10 @@ struct PipelineFlags {
 };
 
 void add_pipeline_flags(CLI::App& app, PipelineFlags& flags);
+
+/// The plan's pipeline layout (config.pipeline_*) for each pipeline flag not given on the
+/// command line.
+void apply_plan_pipeline(const Plan& plan, const CLI::App& app, PipelineFlags& flags);
 
 struct RecipeFlags;
 struct CheckpointFlags;

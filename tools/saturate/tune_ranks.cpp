@@ -43,7 +43,12 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
                "--threads",         std::to_string(c.threads),
                "--steps",           std::to_string(request.steps),
                "--no-eval",         "-q",
-               "--summary-json",    summary_path_};
+               "--summary-json",    summary_path_,
+               "--pipeline-stages", std::to_string(c.pipeline_stages)};
+  if (c.pipeline_stages > 1) {
+    if (c.micro_batches > 0) o.command.insert(o.command.end(), {"--micro-batches", std::to_string(c.micro_batches)});
+    o.command.insert(o.command.end(), {"--pipeline-schedule", c.pipeline_schedule});
+  }
   std::ostringstream out, err;
   const auto start = std::chrono::steady_clock::now();
   const LaunchResult r = launch(o, out, err);
@@ -80,7 +85,13 @@ void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& inpu
   {
     auto m = make_model(model, model_inputs_for(input));
     ri.model_has_buffers = m->state_tensors().size() > m->parameters().size();
+    ri.pipeline_layers = m->pipeline_layers();
   }
+  // Memory bound the plan: the user's configuration ran out of memory, the plan's did (no
+  // measurement), or it fits only through accumulation or recomputation.
+  const TrainOptions& t = plan.config.train;
+  ri.user_did_not_fit = plan.baseline.samples_per_s <= 0 || plan.tuned.samples_per_s <= 0 ||
+                        t.accumulate > 1 || t.recompute_segments > 0;
   ri.budget_left_s = budget_s > 0 ? std::max(0.0, budget_s - plan.tune_wall_s) : -1.0;
   ri.stop = &g_interrupted;
   // Every process of a candidate on this host shares the memory the trials planned for.

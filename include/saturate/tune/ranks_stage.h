@@ -29,11 +29,20 @@ struct RanksStageOptions {
   double min_gain = 0.03;  ///< more processes must be this much faster, and beyond noise
   int rounds = 2;          ///< runs per candidate, alternating
   double startup_guess_s = 1.5;  ///< a run's start-up until the first run measures it
+  /// Pipeline stages (issue 19): when the user's configuration did not fit one process's memory
+  /// (`user_did_not_fit`: the plan fits by accumulation or recomputation) and the model's chain
+  /// has this many layers (0: it cannot be split), the plan's global batch is also measured as
+  /// 2, 4, ... pipeline stages over as many processes (one micro-batch count of min(4 × stages,
+  /// batch), 1F1B, no accumulation or recomputation: the same optimisation). A stage's memory is
+  /// its own process's, checked against `memory_limit_bytes` per process.
+  int64_t pipeline_layers = 0;
+  bool user_did_not_fit = false;
   const std::atomic<bool>* stop = nullptr;
 };
 
 /// Runs the plan's configuration as 1 process and as 2, 4, ... processes (up to max_ranks and
-/// the cores, the global batch split evenly), alternating over `rounds`; keeps W processes
+/// the cores, the global batch split evenly; and as pipeline stages, see above), alternating
+/// over `rounds`; keeps W processes
 /// when their median job samples/s beats one process's by the tuner's noise rule and they fit
 /// in memory. Appends a "ranks" stage with the numbers and why (or why it did not run) and
 /// each run as a trial. A candidate whose job fails is recorded as failed and left out; a

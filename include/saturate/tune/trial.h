@@ -25,16 +25,25 @@ struct RunConfig {
   int threads = 0;  ///< intra-op threads; 0 leaves the runner's setting
   int workers = 0;   ///< input-pipeline worker threads (0: batches made on the training thread)
   int prefetch = 2;  ///< batches the input pipeline makes ahead
-  /// Data-parallel processes (ranks) the job runs as; train.batch_size is each rank's, so the
-  /// global batch is world_size × batch_size.
+  /// Processes (ranks) the job runs as: data-parallel replicas × pipeline stages.
+  /// train.batch_size is each replica's, so the global batch is replicas() × batch_size.
   int world_size = 1;
+  /// Pipeline parallel (`train --pipeline-stages`): the model split by layers over this many
+  /// processes of each replica, each step as `micro_batches` micro-batches (0: train's default)
+  /// under `pipeline_schedule` ("gpipe" | "1f1b"). 1: no pipeline.
+  int pipeline_stages = 1;
+  int64_t micro_batches = 0;
+  std::string pipeline_schedule = "1f1b";
+
+  /// Data-parallel replicas of the model: world_size / pipeline_stages.
+  int replicas() const { return world_size / (pipeline_stages > 1 ? pipeline_stages : 1); }
 
   /// Micro-batch size: the samples one forward/backward holds in memory at once.
   int64_t micro_batch() const {
     return (train.batch_size + train.accumulate - 1) / train.accumulate;
   }
   /// Samples one optimizer step takes over all ranks.
-  int64_t global_batch() const { return train.batch_size * (world_size > 1 ? world_size : 1); }
+  int64_t global_batch() const { return train.batch_size * (replicas() > 1 ? replicas() : 1); }
   /// "batch 256, bf16, accumulate 2, 4 threads": for logs and plans.
   std::string describe() const;
 };

@@ -76,6 +76,12 @@ void restore_base(TuneState& s, const TrialOutcome& base) {
 
 void confirm(TuneState& s) {
   const double before = TuneState::sps(s.current_out);
+  if (!s.current_out.fits) {
+    s.finish_stage("confirm", before, before, false,
+                   "skipped: " + s.current.describe() + " ran out of memory in its trial, so "
+                   "there is no measurement to confirm");
+    return;
+  }
   const bool with_base = s.base_fits && s.base.describe() != s.current.describe();
   const double step_s =
       static_cast<double>(s.current.train.batch_size) / std::max(1e-9, before);

@@ -17,6 +17,7 @@ namespace {
 struct Candidate {
   int ranks = 1;
   int threads = 1;
+  bool pipeline = false;  // ranks are pipeline stages, each with its own memory
   RunConfig config;
   std::vector<double> job_samples_per_s;  // one per successful run
   int64_t peak_memory_bytes = 0;          // one process's, highest over the runs
@@ -26,8 +27,8 @@ struct Candidate {
   double noise() const { return relative_standard_error(job_samples_per_s); }
   bool usable() const { return failed.empty() && !over_memory && !job_samples_per_s.empty(); }
   std::string describe() const {
-    return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " × " +
-           std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+    return std::to_string(ranks) + (pipeline ? " pipeline stages" : ranks == 1 ? " rank" : " ranks") +
+           " × " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
   }
 };
 
@@ -42,6 +43,39 @@ RunConfig as_ranks(const RunConfig& c, int ranks, int threads) {
   return out;
 }
 
+// The plan's global batch as `stages` pipeline stages of one replica: the whole batch in one
+// step, no accumulation or recomputation (the pipeline's micro-batches hold the memory down).
+RunConfig as_pipeline(const RunConfig& c, int stages, int threads) {
+  RunConfig out = c;
+  out.world_size = stages;
+  out.pipeline_stages = stages;
+  out.threads = threads;
+  out.train.batch_size = c.train.batch_size * c.world_size;
+  out.train.accumulate = 1;
+  out.train.recompute_segments = 0;
+  out.micro_batches = std::min<int64_t>(4 * stages, out.train.batch_size);
+  out.pipeline_schedule = "1f1b";
+  return out;
+}
+
+bool dp_allowed(const RanksStageOptions& o) {
+  return o.cores >= 2 && o.max_ranks >= 2 && !o.model_has_buffers;
+}
+
+void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vector<Candidate>& out) {
+  if (!o.user_did_not_fit || o.pipeline_layers < 2) return;
+  const int64_t global = tuned.train.batch_size * tuned.world_size;
+  const int most = static_cast<int>(std::min<int64_t>(std::min(o.cores, o.max_ranks), o.pipeline_layers));
+  for (int stages = 2; stages <= most && stages <= global; stages *= 2) {
+    Candidate c;
+    c.ranks = stages;
+    c.pipeline = true;
+    c.threads = std::max(1, o.cores / stages);
+    c.config = as_pipeline(tuned, stages, c.threads);
+    out.push_back(c);
+  }
+}
+
 std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOptions& o) {
   const int64_t global = tuned.train.batch_size * tuned.world_size;
   std::vector<Candidate> out;
@@ -49,6 +83,8 @@ std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOp
   one.threads = tuned.threads > 0 ? tuned.threads : o.cores;
   one.config = as_ranks(tuned, 1, one.threads);
   out.push_back(one);
+  add_pipelines(tuned, o, out);
+  if (!dp_allowed(o)) return out;
   for (int ranks = 2; ranks <= std::min(o.cores, o.max_ranks); ranks *= 2) {
     // Ranks step on equal batches: a global batch that does not split evenly is rounded down
     // (973 → 2 × 486), at most ranks - 1 samples less.
@@ -64,6 +100,7 @@ std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOp
 
 // Why the stage does not run, or empty.
 std::string reason_to_skip(const Plan& plan, const RanksStageOptions& o, size_t candidates) {
+  if (candidates >= 2 && !dp_allowed(o)) return "";  // pipeline stages only
   if (o.cores < 2) return "one usable core: no second process to try";
   if (o.max_ranks < 2) return "not tried (--max-ranks " + std::to_string(o.max_ranks) + ")";
   if (o.model_has_buffers)
@@ -98,9 +135,11 @@ std::string measured_text(const std::vector<Candidate>& candidates, int64_t glob
       s += "not run";
     } else {
       s += format_fixed(c.median(), 1);
-      if (c.over_memory) s += " (needs " + format_bytes(c.peak_memory_bytes * c.ranks) + ": over the memory limit)";
+      if (c.over_memory)
+        s += " (needs " + format_bytes(c.peak_memory_bytes * (c.pipeline ? 1 : c.ranks)) +
+             (c.pipeline ? " a stage" : "") + ": over the memory limit)";
     }
-    const int64_t g = c.config.train.batch_size * c.ranks;
+    const int64_t g = c.config.global_batch();
     if (g != global) s += " (global batch " + std::to_string(g) + ")";
   }
   return s;
@@ -141,7 +180,10 @@ RoundsEnd run_rounds(Plan& plan, std::vector<Candidate>& candidates, const Ranks
       }
       c.job_samples_per_s.push_back(out.job_samples_per_s);
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, out.peak_memory_bytes);
-      c.over_memory = memory_target > 0 && c.peak_memory_bytes * c.ranks > memory_target;
+      // Data-parallel ranks share the host's memory; a pipeline's stages each hold their own
+      // part of the model, under their own limit.
+      c.over_memory = memory_target > 0 &&
+                      c.peak_memory_bytes * (c.pipeline ? 1 : c.ranks) > memory_target;
     }
   }
   return end;
@@ -150,6 +192,9 @@ RoundsEnd run_rounds(Plan& plan, std::vector<Candidate>& candidates, const Ranks
 std::string verdict_text(const Candidate& one, const Candidate& best, bool change,
                          bool interrupted, double min_gain) {
   if (interrupted) return "interrupted: the plan keeps its processes";
+  if (change && !one.usable())
+    return "one process does not run within the memory limit: kept " + best.describe() +
+           ", which does (run it with saturate train --config, which starts the ranks)";
   if (!one.usable()) return "one process could not be measured: kept the plan's processes";
   if (change)
     return "kept " + best.describe() +
@@ -174,7 +219,8 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
     return;
   }
   // Long enough for a steady state past the untimed warm-up: about 1.5 s of training each.
-  const double sps = std::max(1.0, plan.tuned.samples_per_s);
+  // The plan's own rate; the baseline's when the plan's was not measured (out of memory).
+  const double sps = std::max({1.0, plan.tuned.samples_per_s, plan.baseline.samples_per_s});
   const int64_t steps = std::clamp<int64_t>(
       static_cast<int64_t>(1.5 * sps / static_cast<double>(global)), 20, 300);
   const double train_s = static_cast<double>(steps * global) / sps;
@@ -194,10 +240,13 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
   for (const Candidate& c : candidates) {
     if (c.usable() && c.median() > best->median()) best = &c;
   }
-  // More processes must beat one by the tuner's rule (a clear gain, beyond the runs' noise);
-  // without a usable one-process measurement nothing can be compared.
-  const bool change = !interrupted && one.usable() && best != &one &&
-                      beats(best->median(), best->noise(), one.median(), one.noise(), o.min_gain);
+  // More processes must beat one by the tuner's rule (a clear gain, beyond the runs' noise).
+  // When one process failed (out of memory), the fastest layout that ran is taken.
+  const bool one_failed = !one.failed.empty() || one.over_memory;
+  const bool change =
+      !interrupted && best != &one && best->usable() &&
+      (one_failed || (one.usable() && beats(best->median(), best->noise(), one.median(),
+                                            one.noise(), o.min_gain)));
   stage.before_samples_per_s = one.median();
   stage.after_samples_per_s = change ? best->median() : one.median();
   stage.changed = change;
@@ -209,7 +258,9 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
   if (change) {
     plan.config = best->config;
     plan.tuned.samples_per_s = best->median();
-    const int64_t rounded = best->config.train.batch_size * best->ranks;
+    // A pipeline's stages each hold their own part: the plan's peak is one stage's (rank 0's).
+    if (best->pipeline) plan.tuned.peak_memory_bytes = best->peak_memory_bytes;
+    const int64_t rounded = best->config.global_batch();
     if (rounded != global && plan.effective_batch == EffectiveBatchOutcome::kLrRescaled)
       plan.config.train.lr = rescaled_lr(tuned.train.lr, tuned.train.optimizer, global, rounded);
   }

@@ -189,3 +189,53 @@ TEST(RanksStage, SaysWhyItDoesNotRun) {
 }
 
 }  // namespace saturate
+
+namespace saturate {
+
+// Issue 19: the user's batch fits one process only by accumulation, and that job runs out of
+// memory; the model's chain can be split, so its batch also runs as pipeline stages, each with
+// its own memory (40 MiB a stage: 80 MiB for both, over the 54 MiB a data-parallel pair would be
+// held to), and the stages that ran are taken.
+TEST(RanksStage, Issue19_WhenOneProcessRunsOutOfMemoryThePipelineStagesThatRunAreTaken) {
+  auto script = [](int ranks, int) {
+    if (ranks > 1) return ok(ranks == 2 ? 2500 : 2000, int64_t{40} << 20);
+    JobOutcome o;
+    o.status = JobStatus::kFailed;
+    o.reason = "rank 0 exited with code 1: CPU out of memory";
+    return o;
+  };
+  ScriptedJobs jobs(script);
+  Plan plan = tuned_plan();
+  plan.config.train.accumulate = 2;
+  RanksStageOptions o = four_cores();
+  o.memory_limit_bytes = int64_t{60} << 20;
+  o.model_has_buffers = true;  // no data-parallel candidates: pipeline stages only
+  o.pipeline_layers = 3;       // 4 stages would be more than the layers
+  o.user_did_not_fit = true;
+  tune_ranks(plan, o, jobs);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  const PlanStage& st = plan.stages[0];
+  EXPECT_TRUE(st.changed) << st.why;
+  EXPECT_EQ(plan.config.pipeline_stages, 2);
+  EXPECT_EQ(plan.config.world_size, 2);
+  EXPECT_EQ(plan.config.train.batch_size, 256);
+  EXPECT_EQ(plan.config.train.accumulate, 1);
+  EXPECT_EQ(plan.config.micro_batches, 8);
+  EXPECT_EQ(plan.config.global_batch(), 256);
+  EXPECT_EQ(plan.tuned.samples_per_s, 2500);
+  EXPECT_EQ(plan.tuned.peak_memory_bytes, int64_t{40} << 20) << "one stage's";
+  EXPECT_NE(st.why.find("one process does not run within the memory limit: kept 2 pipeline "
+                        "stages × 2 threads"),
+            std::string::npos)
+      << st.why;
+  for (const JobRequest& r : jobs.requests) EXPECT_NE(r.config.world_size, 4) << "3 layers";
+  // Without memory binding the plan, no stages are tried (and one process is kept).
+  ScriptedJobs again([](int ranks, int) { return ok(ranks == 1 ? 3000 : 2500); });
+  Plan fits = tuned_plan();
+  o.user_did_not_fit = false;
+  tune_ranks(fits, o, again);
+  for (const JobRequest& r : again.requests) EXPECT_EQ(r.config.pipeline_stages, 1);
+  EXPECT_EQ(fits.config.world_size, 1);
+}
+
+}  // namespace saturate
