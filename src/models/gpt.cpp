@@ -14,29 +14,70 @@
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
 #include "saturate/models/recompute.h"
+#include "saturate/models/tensor_parallel.h"
 
 namespace saturate::detail {
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
 namespace {
 
+// Rows [part·n + r·c, part·n + (r+1)·c) of each of `parts` blocks of n rows of `t` (dim 0), or
+// the columns (dim 1): rank r's share when n splits into shares of c.
+at::Tensor share_of(const at::Tensor& t, int64_t dim, int64_t parts, int64_t n, int64_t c, int r) {
+  std::vector<at::Tensor> pieces;
+  for (int64_t part = 0; part < parts; ++part)
+    pieces.push_back(t.slice(dim, part * n + r * c, part * n + (r + 1) * c));
+  return at::cat(pieces, dim).clone();
+}
+
+// The whole tensor of shape `whole` from every rank's share (share_of's inverse): each rank
+// writes its share into zeros and the sum over the ranks fills the rest.
+at::Tensor whole_of(const at::Tensor& share, at::IntArrayRef whole, int64_t dim, int64_t parts,
+                    int64_t n, int64_t c, TensorParallelGroup& tp) {
+  at::Tensor out = torch::zeros(whole, share.options());
+  const int r = tp.rank();
+  for (int64_t part = 0; part < parts; ++part)
+    out.slice(dim, part * n + r * c, part * n + (r + 1) * c)
+        .copy_(share.slice(dim, part * c, (part + 1) * c));
+  tp.all_reduce_sum(out);
+  return out;
+}
+
 struct AttentionImpl : nn::Module {
   AttentionImpl(const GptConfig& c) : heads(c.heads), dropout(c.dropout) {
     c_attn = register_module("c_attn", nn::Linear(c.width, 3 * c.width));
     c_proj = register_module("c_proj", nn::Linear(c.width, c.width));
   }
-  at::Tensor forward(const at::Tensor& x) {
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  at::Tensor forward(const at::Tensor& x_in) {
+    const at::Tensor x = tp ? copy_to_tensor_parallel(x_in, *tp) : x_in;
+    const int64_t B = x.size(0), T = x.size(1);
+    const int64_t n = tp ? tp->size() : 1, C = c_proj->weight.size(1), local = heads / n;
     const std::vector<at::Tensor> qkv = c_attn->forward(x).split(C, 2);
-    auto heads_of = [&](const at::Tensor& t) { return t.view({B, T, heads, C / heads}).transpose(1, 2); };
+    auto heads_of = [&](const at::Tensor& t) { return t.view({B, T, local, C / local}).transpose(1, 2); };
     const at::Tensor y = at::scaled_dot_product_attention(
         heads_of(qkv[0]), heads_of(qkv[1]), heads_of(qkv[2]), {}, is_training() ? dropout : 0.0,
         /*is_causal=*/true);
-    return F::dropout(c_proj->forward(y.transpose(1, 2).contiguous().view({B, T, C})),
-                      F::DropoutFuncOptions().p(dropout).training(is_training()));
+    const at::Tensor mixed = y.transpose(1, 2).contiguous().view({B, T, C});
+    // Row-parallel: each rank's heads give a partial sum; the bias is added once, after it.
+    const at::Tensor out = tp ? reduce_from_tensor_parallel(F::linear(mixed, c_proj->weight), *tp) +
+                                    c_proj->bias
+                              : c_proj->forward(mixed);
+    return F::dropout(out, F::DropoutFuncOptions().p(dropout).training(is_training()));
+  }
+  // This rank's heads: their rows of the query, key and value projection, their columns of the
+  // output projection.
+  void split(TensorParallelGroup& group) {
+    torch::NoGradGuard no_grad;
+    const int64_t C = c_proj->weight.size(0), c = C / group.size();
+    const int r = group.rank();
+    c_attn->weight.set_data(share_of(c_attn->weight, 0, 3, C, c, r));
+    c_attn->bias.set_data(share_of(c_attn->bias, 0, 3, C, c, r));
+    c_proj->weight.set_data(share_of(c_proj->weight, 1, 1, C, c, r));
+    tp = &group;
   }
   int64_t heads;
   double dropout;
+  TensorParallelGroup* tp = nullptr;
   nn::Linear c_attn{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(Attention);
@@ -46,11 +87,26 @@ struct MlpImpl : nn::Module {
     c_fc = register_module("c_fc", nn::Linear(c.width, 4 * c.width));
     c_proj = register_module("c_proj", nn::Linear(4 * c.width, c.width));
   }
-  at::Tensor forward(const at::Tensor& x) {
-    return F::dropout(c_proj->forward(F::gelu(c_fc->forward(x))),
-                      F::DropoutFuncOptions().p(dropout).training(is_training()));
+  at::Tensor forward(const at::Tensor& x_in) {
+    const at::Tensor x = tp ? copy_to_tensor_parallel(x_in, *tp) : x_in;
+    const at::Tensor h = F::gelu(c_fc->forward(x));
+    const at::Tensor out = tp ? reduce_from_tensor_parallel(F::linear(h, c_proj->weight), *tp) +
+                                    c_proj->bias
+                              : c_proj->forward(h);
+    return F::dropout(out, F::DropoutFuncOptions().p(dropout).training(is_training()));
+  }
+  // This rank's hidden columns: its rows of c_fc, its columns of c_proj.
+  void split(TensorParallelGroup& group) {
+    torch::NoGradGuard no_grad;
+    const int64_t H = c_fc->weight.size(0), h = H / group.size();
+    const int r = group.rank();
+    c_fc->weight.set_data(share_of(c_fc->weight, 0, 1, H, h, r));
+    c_fc->bias.set_data(share_of(c_fc->bias, 0, 1, H, h, r));
+    c_proj->weight.set_data(share_of(c_proj->weight, 1, 1, H, h, r));
+    tp = &group;
   }
   double dropout;
+  TensorParallelGroup* tp = nullptr;
   nn::Linear c_fc{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -193,13 +249,54 @@ class GptModel final : public Model {
   }
   int64_t recompute_segments() const override { return segments_; }
   std::string attention_kernel() const override { return kernel_; }
+  bool set_tensor_parallel(TensorParallelGroup* group) override;
+  std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() override;
 
  private:
+  TensorParallelGroup* tp_ = nullptr;
   std::string name_;
   GptNet net_;
   int64_t segments_ = 0;
   std::string kernel_;  // what SDPA chose at the first training forward
 };
+
+bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
+  if (group == nullptr) return true;
+  SATURATE_CHECK(tp_ == nullptr, "model: ", name_, " is already split over ranks");
+  const GptConfig& c = net_->config;
+  const int n = group->size();
+  SATURATE_CHECK(n >= 1 && c.heads % n == 0 && c.width % n == 0, "--tensor-parallel ", n, ": ",
+                 name_, "'s ", c.heads, " heads and width ", c.width,
+                 " do not split evenly over it");
+  if (n == 1) return true;
+  for (size_t i = 0; i < net_->h->size(); ++i) {
+    const auto b = net_->h->ptr<BlockImpl>(i);
+    b->attn->split(*group);
+    b->mlp->split(*group);
+  }
+  tp_ = group;
+  return true;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> GptModel::whole_named_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out = named_parameters();
+  if (tp_ == nullptr) return out;
+  const int64_t C = net_->config.width, n = tp_->size();
+  torch::NoGradGuard no_grad;
+  auto ends = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (auto& [name, t] : out) {
+    const at::Tensor p = t.detach();
+    if (ends(name, "attn.c_attn.weight")) t = whole_of(p, {3 * C, C}, 0, 3, C, C / n, *tp_);
+    else if (ends(name, "attn.c_attn.bias")) t = whole_of(p, {3 * C}, 0, 3, C, C / n, *tp_);
+    else if (ends(name, "attn.c_proj.weight")) t = whole_of(p, {C, C}, 1, 1, C, C / n, *tp_);
+    else if (ends(name, "mlp.c_fc.weight")) t = whole_of(p, {4 * C, C}, 0, 1, 4 * C, 4 * C / n, *tp_);
+    else if (ends(name, "mlp.c_fc.bias")) t = whole_of(p, {4 * C}, 0, 1, 4 * C, 4 * C / n, *tp_);
+    else if (ends(name, "mlp.c_proj.weight")) t = whole_of(p, {C, 4 * C}, 1, 1, 4 * C, 4 * C / n, *tp_);
+  }
+  return out;
+}
 
 int64_t option_int(const std::string& key, const std::string& value, const std::string& spec) {
   char* end = nullptr;

@@ -10,6 +10,8 @@ Cases:
   equivalence_batchnorm  the same with a BatchNorm CNN against one process that
                     accumulates the ranks' micro-batches
   noise_scale       2 ranks measure the gradient noise scale within 10% of the truth
+  tensor_parallel   the GPT's heads and MLP columns over 2 ranks end 5 SGD steps with one
+                    process's losses and (gathered) parameters
   pipeline_2stages, pipeline_4stages, pipeline_mlp
                     the ranks as pipeline stages (GPipe, 1F1B; 1, 4, 8 micro-batches) end 5
                     SGD steps with one process's parameters and losses
@@ -99,6 +101,10 @@ def case_pipeline_4stages(args):
 def case_pipeline_mlp(args):
     # mlp's first layer (flatten) has no parameters: stage 0's output needs no gradient.
     all_ranks_ok(args, "pipeline", 2, 100, ("60", "mlp"))
+
+
+def case_tensor_parallel(args):
+    all_ranks_ok(args, "tensor_parallel", 2, 100, ("60",))
 
 
 def case_oom_one_rank(args):

@@ -28,6 +28,8 @@ struct ModelInputs {
 /// A classification model: forward(inputs) returns logits [B, num_classes]; a language model
 /// (gpt-mini, gpt-small) maps token windows [B, T] to next-token logits [B, T, vocab].
 /// Not thread-safe; one training thread owns it.
+class TensorParallelGroup;
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -63,6 +65,18 @@ class Model {
   /// The attention kernel its last training forward ran ("flash", "efficient", "cudnn", "math");
   /// empty for models without attention or before the first forward.
   virtual std::string attention_kernel() const { return ""; }
+  /// Tensor parallelism (models/tensor_parallel.h): splits the attention heads and the MLP's
+  /// hidden columns over `group` (which must outlive the model), this rank keeping its share of
+  /// those weights; everything else stays whole on every rank. Call once, with every rank's
+  /// model built alike (the same seed), before the move to the device and the optimizer.
+  /// Returns false, changing nothing, when the model cannot be split so (only the GPT can);
+  /// saturate::Error when its heads or width do not divide by the group's size.
+  virtual bool set_tensor_parallel(TensorParallelGroup* /*group*/) { return false; }
+  /// named_parameters() whole: a tensor-parallel model's shards gathered from every rank (a
+  /// collective); the same tensors otherwise.
+  virtual std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() {
+    return named_parameters();
+  }
   /// Model parallelism by layers: the number of layers the forward is a chain of, each taking
   /// the previous one's output (0: the model cannot be split).
   virtual int64_t pipeline_layers() const { return 0; }
