@@ -185,6 +185,7 @@ json train_report_to_json(const TrainReport& r) {
   j["threads"] = r.threads;
   j["world_size"] = r.world_size;
   j["pipeline"] = pipeline_json(r);
+  j["tensor_parallel"] = r.tensor_parallel;
   j["memory_limit_bytes"] = r.memory_limit_bytes;
   j["val_samples"] = r.val_samples;
   j["terminated"] = r.is_terminated;
@@ -236,7 +237,7 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
   out << "saturate train: " << r.model << " on " << r.data << ", " << r.device << ", "
       << count_of(r.threads, "thread") << (s.is_interrupted ? " (interrupted)" : "") << "\n";
   // A pipeline's data-parallel unit is a replica of all its stages, not a rank.
-  const std::string unit = r.stages.empty() ? "rank" : "replica";
+  const std::string unit = r.stages.empty() && r.tensor_parallel == 1 ? "rank" : "replica";
   row("steps", std::to_string(s.steps) + " (" + format_fixed(s.epochs, 2) + " epochs, batch " +
                    std::to_string(o.batch_size) +
                    (world > 1 ? " per " + unit + " × " + std::to_string(world) + " " + unit +
@@ -255,10 +256,15 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
                        format_fixed(s.phases.forward_ms, 2) + ", backward " +
                        format_fixed(s.phases.backward_ms, 2) + ", optimizer " +
                        format_fixed(s.phases.optimizer_ms, 2) +
-                       (world > 1 || !r.stages.empty()
+                       (world > 1 || !r.stages.empty() || r.tensor_parallel > 1
                             ? ", communication " + format_fixed(s.phases.communication_ms, 2)
                             : std::string()));
   write_stage_rows(r, row);
+  if (r.tensor_parallel > 1)
+    row("tensor parallel", std::to_string(r.tensor_parallel) +
+                               " ranks split each block's attention heads and MLP columns; rank 0 "
+                               "holds " + std::to_string(r.local_parameters) + " of " +
+                               std::to_string(r.whole_parameters) + " parameters");
   row("precision", to_string(o.precision) +
                        (o.memory_format != MemoryFormat::kContiguous
                             ? ", " + to_string(o.memory_format)

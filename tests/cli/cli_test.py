@@ -1250,7 +1250,7 @@ def case_issue19_train_pipeline_as_one_process(tmp):
                          "--micro-batches", "2", "--summary-json", path, timeout=240)
     if code != 0:
         fail(f"2 stages x 2 replicas: exit {code}\n{out}\n{err}")
-    if "2 stages × 2 replicas, global batch 32 (2 × 16)" not in err:
+    if "2 ranks per replica × 2 replicas, global batch 32 (2 × 16)" not in err:
         fail(f"the ranks do not state the layout:\n{err}")
     with open(path) as f:
         c = json.load(f)
@@ -1330,7 +1330,43 @@ def case_issue19_tune_measures_pipeline_stages_when_memory_binds(tmp):
     print(f"plan: {c['pipeline_stages']} stage(s); {stage['why'][-200:]}")
 
 
+def case_issue19_train_tensor_parallel_as_one_process(tmp):
+    # train --tensor-parallel 2 starts 2 ranks, each holding half of every block's attention
+    # heads and MLP columns; 2 x 2 ranks add data parallel over the replicas. Their losses are
+    # one process's at the same global batch.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
+              "text:" + LICENSES, "--seq-len", "32", "--steps", "12", "--lr", "1e-3",
+              "--threads", "1", "-q"]
+    results = {}
+    for name, extra in (("one", ["--batch-size", "8"]),
+                        ("tp2", ["--batch-size", "8", "--tensor-parallel", "2"]),
+                        ("tp2x2", ["--batch-size", "4", "--tensor-parallel", "2"])):
+        path = os.path.join(tmp, name + ".json")
+        argv = common + extra + ["--summary-json", path]
+        if name == "tp2x2":
+            argv = ["launch", "--nproc-per-node", "4", "--"] + argv
+        code, out, err = run(*argv, timeout=240)
+        if code != 0:
+            fail(f"{name}: exit {code}\n{out}\n{err[-3000:]}")
+        with open(path) as f:
+            results[name] = json.load(f)
+        if name != "one" and "tensor parallel 2 ranks split each block's attention heads" not in out:
+            fail(f"{name}: the table does not show the split:\n{out}")
+    a = results["one"]
+    for name in ("tp2", "tp2x2"):
+        b = results[name]
+        if b["tensor_parallel"] != 2 or b["global_batch_size"] != 8:
+            fail(f"{name}: tensor_parallel {b['tensor_parallel']}, global batch {b['global_batch_size']}")
+        # With replicas the training loss is rank 0's replica's (its half of each batch), as
+        # under data parallel; the validation loss is the model's.
+        for k in ("final_loss", "val_loss") if name == "tp2" else ("val_loss",):
+            if abs(a[k] - b[k]) > 1e-4 * abs(a[k]):
+                fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
+
+
 def case_issue19_pipeline_bad_input(tmp):
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     data = make_idx_dir(tmp, n_train=256, n_test=64)
     base = ["train", "--data", "idx:" + data, "--model", "mlp", "--steps", "2", "--batch-size",
             "32", "--threads", "1", "-q"]
@@ -1346,7 +1382,14 @@ def case_issue19_pipeline_bad_input(tmp):
             (["--pipeline-stages", "2", "--checkpoint-dir", os.path.join(tmp, "ck")],
              "--pipeline-stages: cannot be combined with --checkpoint-dir yet"),
             (["--pipeline-stages", "2", "--accumulate", "2"],
-             "--pipeline-stages: cannot be combined with --accumulate")):
+             "--pipeline-stages: cannot be combined with --accumulate"),
+            (["--tensor-parallel", "0"], "--tensor-parallel must be at least 1, got 0"),
+            (["--tensor-parallel", "2", "--pipeline-stages", "2"],
+             "--tensor-parallel with --pipeline-stages: both at once are not built yet"),
+            (["--tensor-parallel", "2", "--clip-grad-norm", "1"],
+             "--tensor-parallel: cannot be combined with --clip-grad-norm yet"),
+            (["--tensor-parallel", "2", "--save-model", os.path.join(tmp, "m.safetensors")],
+             "--tensor-parallel: cannot be combined with --save-model yet")):
         expect_usage_error(base + flags, want)
     if os.path.exists(os.path.join(tmp, "ck")):
         fail("a rejected run made its checkpoint folder")
@@ -1359,6 +1402,11 @@ def case_issue19_pipeline_bad_input(tmp):
               "1", "-q", "--pipeline-stages", "2"], "cannot be split into stages by layers"),
             (["launch", "--nproc-per-node", "3", "--"] + base + ["--pipeline-stages", "2"],
              "--pipeline-stages 2: the world of 3 ranks is not a multiple of it"),
+            (base + ["--tensor-parallel", "2"],
+             "--tensor-parallel: mlp cannot be split by tensor (the GPT can)"),
+            (["train", "--model", "gpt-mini:layers=1,heads=4,width=32", "--data", "text:" + LICENSES,
+              "--seq-len", "16", "--steps", "1", "--threads", "1", "-q", "--tensor-parallel", "3"],
+             "heads and width 32 do not split evenly over it"),
             ):
         code, out, err = run(*argv, timeout=180)
         last = err.strip().splitlines()[-1] if err.strip() else ""

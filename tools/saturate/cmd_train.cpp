@@ -121,13 +121,13 @@ int run_train(const std::vector<std::string>& args) {
   if (!rf.config.empty()) read = read_plan(rf.config);
   if (read && !read->exec.empty()) return run_exec_plan(*read, app.count("--steps") ? rf.train.steps : 0);
   check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints));
-  if (f.pipeline.on() && !app.count("--ranks") && !dist_env_from_environment().is_distributed())
-    return run_as_ranks(f.pipeline.stages, "train", args);  // one rank per stage
+  const int split = f.pipeline.ranks_per_replica();  // one rank per stage or tensor share
+  if (split > 1 && !app.count("--ranks") && !dist_env_from_environment().is_distributed())
+    return run_as_ranks(split, "train", args);
   if (const int ranks = ranks_to_launch(rf, app, read ? &*read : nullptr, "train"))
     return run_as_ranks(ranks, "train", args);
   if (read) apply_train_plan(*read, app, rf, f.pipeline);
-  check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints));  // with the plan's
-  check_pipeline_world(f.pipeline, dist_env_from_environment().world_size);
+  settle_model_parallel(f.pipeline, rf, f.checkpoints, dist_env_from_environment().world_size);
   rf.train.evaluate = !f.no_eval;
   apply_target(f.target, rf.val_fraction, rf.train);
   rf.train.max_skipped_steps = f.checkpoints.max_skipped_steps;
@@ -143,11 +143,11 @@ int run_train(const std::vector<std::string>& args) {
   if (!checkpoints.dir.empty()) stop_on_sigterm();
   // Data parallel when a launcher says so: each rank trains --batch-size samples of its shard,
   // gradients averaged, so the global batch is world × --batch-size.
-  DataParallelRun dp = join_data_parallel(rf, recipe, "train", f.pipeline.stages);
+  DataParallelRun dp = join_data_parallel(rf, recipe, "train", f.pipeline.ranks_per_replica());
   TrainingInput input = open_recipe_input(recipe, dp.device);
   Loader loader(*input.source, shard_for(dp, input.loader_options(opts.batch_size, opts.seed,
                                                                    rf.workers, rf.prefetch),
-                                               f.pipeline.stages));
+                                               f.pipeline.ranks_per_replica()));
   const nlohmann::json recipe_info = checkpoint_recipe(rf.model, rf.data, input.source->size(),
                                                        dp.env.world_size, opts);
   if (resume)
@@ -157,13 +157,12 @@ int run_train(const std::vector<std::string>& args) {
   seed_everything(opts.seed);
   auto model = make_model(rf.model, model_inputs_for(input));
   log_start(*model, recipe, input.splits);
-  // Pipeline parallel: this rank trains its stage of the model, the steps go through all.
-  PipelineRun pipe;
-  if (f.pipeline.on())
-    pipe = build_pipeline(f.pipeline, *model, model_inputs_for(input), *dp.group, dp.device, opts,
-                          recipe.memory_limit_bytes);
-  Trainer trainer(pipe.stage ? *pipe.stage : *model, opts, dp.device, memory.get(), dp.sync.get());
-  trainer.set_staged_step(pipe.step.get());
+  // Pipeline or tensor parallel: this rank trains its stage or its share of the model.
+  const ModelParallelRun mp = build_model_parallel(f.pipeline, *model, model_inputs_for(input),
+                                                   dp.group.get(), dp.device, opts,
+                                                   recipe.memory_limit_bytes, dp.sync.get());
+  Trainer trainer(*mp.trained, opts, dp.device, memory.get(), mp.sync);
+  trainer.set_staged_step(mp.pipe.step.get());
   if (resume) trainer.restore(resume->state);
   std::optional<PeriodicCheckpoints> hook;
   if (!checkpoints.dir.empty()) {
@@ -180,12 +179,8 @@ int run_train(const std::vector<std::string>& args) {
   if (dp.env.rank == 0 && !r.summary.divergence)
     save_trained_model(f.checkpoints, *model, rf.model, rf.data, input, r.summary.steps);
   sinks.finish(dp.group.get());
-  describe_train_run(r, rf, recipe, dp, input, loader, *model, f.pipeline.stages);
-  if (f.pipeline.on()) {
-    r.stages = gather_stage_reports(pipe, *dp.group, r.summary);
-    r.micro_batches = pipe.micro_batches;
-    r.pipeline_schedule = f.pipeline.schedule;
-  }
+  describe_train_run(r, rf, recipe, dp, input, loader, *model, f.pipeline.ranks_per_replica());
+  describe_model_parallel(r, mp, f.pipeline, dp.group.get());
   return report(r, f, checkpoints, /*reports=*/dp.env.rank == 0);
 }
 

@@ -357,8 +357,8 @@ DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
       std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
   if (pipeline_stages > 1) {
     const int replicas = run.env.world_size / pipeline_stages;
-    SATURATE_LOG_INFO(command, ": pipeline parallel, ", run.env.describe(), ", ",
-                      to_string(run.group->backend()), "; ", pipeline_stages, " stages × ",
+    SATURATE_LOG_INFO(command, ": model parallel, ", run.env.describe(), ", ",
+                      to_string(run.group->backend()), "; ", pipeline_stages, " ranks per replica × ",
                       count_of(replicas, "replica"), ", global batch ",
                       recipe.train.batch_size * replicas, " (", replicas, " × ",
                       recipe.train.batch_size, ")",

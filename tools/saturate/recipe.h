@@ -119,8 +119,9 @@ TrainingInput open_recipe_input(const Recipe& recipe, const c10::Device& device)
 
 /// Joins the data-parallel job the environment describes (torchrun, srun), or returns a run of
 /// one process. Bad variables, --backend or --dist-timeout are exit-2 errors.
-/// `pipeline_stages` > 1: the ranks are a pipeline's stages (train_pipeline.h), so the group
-/// is joined but no gradient sync is made.
+/// `pipeline_stages` > 1: that many ranks hold each replica of the model between them (pipeline
+/// stages or tensor shares, train_pipeline.h), so the group is joined but no gradient sync over
+/// the whole world is made.
 DataParallelRun join_data_parallel(const RecipeFlags& flags, const Recipe& recipe,
                                    const char* command, int pipeline_stages = 1);
 /// For a collective that failed mid-run (almost always another rank that died or hung): throws

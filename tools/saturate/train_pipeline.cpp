@@ -12,8 +12,10 @@
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
 #include "saturate/core/units.h"
+#include "saturate/distributed/data_parallel.h"
 #include "saturate/distributed/pipeline.h"
 #include "saturate/distributed/process_group.h"
+#include "saturate/distributed/tensor_parallel.h"
 #include "saturate/models/model.h"
 #include "saturate/report/train_report.h"
 #include "saturate/train/staged_step.h"
@@ -31,6 +33,10 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
                  "with --pipeline-stages: micro-batches per step (default: 4 × stages, at most "
                  "the batch)");
   app.add_option("--pipeline-schedule", f.schedule, "with --pipeline-stages: gpipe or 1f1b")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel", f.tensor_parallel,
+                 "split the GPT's attention heads and MLP columns over this many ranks (tensor "
+                 "parallel; started here as that many ranks unless a launcher started this one)")
       ->capture_default_str();
   app.add_option("--pipeline-split", f.split,
                  "with --pipeline-stages: balanced (by each layer's measured time, within "
@@ -70,15 +76,48 @@ void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,
                  "' is not a split (balanced, even)");
   SATURATE_CHECK(f.on() || f.micro_batches == -1, "--micro-batches needs --pipeline-stages above 1 "
                  "(micro-batches of one process's step are --accumulate)");
-  if (!f.on()) return;
-  SATURATE_CHECK(incompatible.empty(), "--pipeline-stages: cannot be combined with ", incompatible,
-                 " yet");
+  SATURATE_CHECK(f.tensor_parallel >= 1, "--tensor-parallel must be at least 1, got ",
+                 f.tensor_parallel);
+  SATURATE_CHECK(!f.on() || f.tensor_parallel == 1, "--tensor-parallel with --pipeline-stages: "
+                 "both at once are not built yet");
+  const char* flag = f.on() ? "--pipeline-stages" : "--tensor-parallel";
+  if (f.ranks_per_replica() == 1) return;
+  SATURATE_CHECK(incompatible.empty(), flag, ": cannot be combined with ", incompatible, " yet");
+  // The global gradient norm would need the shards' squares summed and the whole tensors' once.
+  SATURATE_CHECK(f.tensor_parallel == 1 || o.clip_grad_norm == 0,
+                 "--tensor-parallel: cannot be combined with --clip-grad-norm yet");
 }
 
 void check_pipeline_world(const PipelineFlags& f, int world) {
-  if (!f.on()) return;
-  SATURATE_CHECK(world % f.stages == 0, "--pipeline-stages ", f.stages, ": the world of ", world,
-                 " ranks is not a multiple of it");
+  const int n = f.ranks_per_replica();
+  if (n == 1) return;
+  SATURATE_CHECK(world % n == 0, f.on() ? "--pipeline-stages " : "--tensor-parallel ", n,
+                 ": the world of ", world, " ranks is not a multiple of it");
+}
+
+TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group) {
+  TensorParallelRun run;
+  const int n = f.tensor_parallel, replicas = group.world_size() / n;
+  const int share = group.rank() % n, replica = group.rank() / n;
+  std::vector<int> mine, same_share;
+  for (int t = 0; t < n; ++t) mine.push_back(replica * n + t);
+  for (int d = 0; d < replicas; ++d) same_share.push_back(d * n + share);
+  run.shares_group = group.subgroup(mine, "tensor" + std::to_string(replica));
+  if (replicas > 1) {
+    run.replicas_group = group.subgroup(same_share, "share" + std::to_string(share));
+    run.replicas_sync = make_data_parallel(*run.replicas_group);
+  }
+  for (const at::Tensor& p : model.parameters()) run.whole_parameters += p.numel();
+  run.tp = make_tensor_parallel_group(*run.shares_group);
+  SATURATE_CHECK(model.set_tensor_parallel(run.tp.get()), "--tensor-parallel: ", model.name(),
+                 " cannot be split by tensor (the GPT can)");
+  for (const at::Tensor& p : model.parameters()) run.local_parameters += p.numel();
+  SATURATE_LOG_INFO("train: tensor parallel, share ", share, " of ", n,
+                    replicas > 1 ? " of replica " + std::to_string(replica) + " of " +
+                                       std::to_string(replicas)
+                                 : std::string(),
+                    ": ", run.local_parameters, " of ", run.whole_parameters, " parameters here");
+  return run;
 }
 
 namespace {
@@ -177,6 +216,47 @@ std::vector<StageReport> gather_stage_reports(const PipelineRun& run, DistGroup&
     stages.push_back(st);
   }
   return stages;
+}
+
+ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
+                                      const ModelInputs& inputs, DistGroup* group,
+                                      const c10::Device& device, const TrainOptions& o,
+                                      int64_t memory_limit_bytes, GradientSync* dp_sync) {
+  ModelParallelRun run;
+  run.trained = &model;
+  run.sync = dp_sync;
+  if (f.ranks_per_replica() == 1) return run;
+  SATURATE_ASSERT(group != nullptr, "train: a split model without a process group");
+  if (f.on()) {
+    run.pipe = build_pipeline(f, model, inputs, *group, device, o, memory_limit_bytes);
+    run.trained = run.pipe.stage.get();
+    run.sync = nullptr;  // the stages average across replicas themselves
+  } else {
+    run.tensor = build_tensor_parallel(f, model, *group);
+    run.sync = run.tensor.replicas_sync.get();
+  }
+  return run;
+}
+
+void settle_model_parallel(const PipelineFlags& f, RecipeFlags& rf, const CheckpointFlags& ck,
+                           int world) {
+  check_pipeline_flags(f, rf.train, pipeline_incompatible(rf, ck));
+  check_pipeline_world(f, world);
+  if (f.tensor_parallel > 1) rf.no_noise_scale = true;
+}
+
+void describe_model_parallel(TrainReport& r, const ModelParallelRun& run, const PipelineFlags& f,
+                             DistGroup* group) {
+  if (f.on() && group != nullptr) {
+    r.stages = gather_stage_reports(run.pipe, *group, r.summary);
+    r.micro_batches = run.pipe.micro_batches;
+    r.pipeline_schedule = f.schedule;
+  }
+  if (f.tensor_parallel > 1) {
+    r.tensor_parallel = f.tensor_parallel;
+    r.local_parameters = run.tensor.local_parameters;
+    r.whole_parameters = run.tensor.whole_parameters;
+  }
 }
 
 }  // namespace saturate::cli

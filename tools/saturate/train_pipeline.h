@@ -3,6 +3,7 @@
 // `train --pipeline-stages S --micro-batches M --pipeline-schedule gpipe|1f1b`: the model split
 // by layers over S ranks (distributed/pipeline.h), each training its own stage.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +12,12 @@
 
 #include <c10/core/Device.h>
 
+#include "saturate/distributed/process_group.h"
+#include "saturate/models/model.h"
+#include "saturate/models/tensor_parallel.h"
+#include "saturate/train/gradient_sync.h"
+#include "saturate/train/staged_step.h"
+
 namespace CLI {
 class App;
 }
@@ -18,10 +25,12 @@ class App;
 namespace saturate {
 class DistGroup;
 class Model;
+class GradientSync;
 class StagedStep;
 struct ModelInputs;
 struct Plan;
 struct StageReport;
+struct TrainReport;
 struct TrainSummary;
 struct TrainOptions;
 }  // namespace saturate
@@ -33,7 +42,10 @@ struct PipelineFlags {
   int64_t micro_batches = -1;  ///< -1: min(4 × stages, the batch)
   std::string schedule = "1f1b";
   std::string split = "balanced";  ///< balanced (profiled) | even (by layer count)
+  int tensor_parallel = 1;         ///< --tensor-parallel T: the GPT's heads over T ranks
   bool on() const { return stages > 1; }
+  /// Ranks that hold one replica of the model between them.
+  int ranks_per_replica() const { return std::max(1, stages) * std::max(1, tensor_parallel); }
 };
 
 void add_pipeline_flags(CLI::App& app, PipelineFlags& flags);
@@ -53,9 +65,20 @@ std::string pipeline_incompatible(const RecipeFlags& recipe, const CheckpointFla
 void check_pipeline_flags(const PipelineFlags& flags, const TrainOptions& options,
                           const std::string& incompatible);
 
-/// Under a launcher: the world must be a multiple of the stages (world / stages replicas of the
-/// pipeline, data parallel). saturate::Error naming both otherwise.
+/// Under a launcher: the world must be a multiple of the ranks per replica (stages × tensor
+/// ranks; world / that many replicas, data parallel). saturate::Error naming them otherwise.
 void check_pipeline_world(const PipelineFlags& flags, int world);
+
+/// Tensor parallel (--tensor-parallel T): rank r holds tensor share r % T of replica r / T, with
+/// data parallel over the replicas (each share's gradients averaged with the same share's).
+struct TensorParallelRun {
+  std::unique_ptr<DistGroup> shares_group, replicas_group;
+  std::unique_ptr<TensorParallelGroup> tp;
+  std::unique_ptr<GradientSync> replicas_sync;  ///< null with one replica
+  int64_t local_parameters = 0, whole_parameters = 0;
+};
+/// Splits `model` (saturate::Error when it cannot be split by tensor: only the GPT can).
+TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model, DistGroup& group);
 
 /// This rank's stage of `model` and the step that runs it: rank r is stage r % S of replica
 /// r / S, and with several replicas each stage's gradients are averaged across them after every
@@ -75,6 +98,27 @@ struct PipelineRun {
 PipelineRun build_pipeline(const PipelineFlags& flags, Model& model, const ModelInputs& inputs,
                            DistGroup& group, const c10::Device& device,
                            const TrainOptions& options, int64_t memory_limit_bytes);
+
+/// The model-parallel side of a train run: pipeline stages, tensor shares, or neither.
+struct ModelParallelRun {
+  PipelineRun pipe;
+  TensorParallelRun tensor;
+  Model* trained = nullptr;      ///< what this rank's Trainer trains: its stage, or the model
+  GradientSync* sync = nullptr;  ///< the data-parallel sync over the replicas (may be null)
+};
+/// Builds it for `flags` (nothing for one rank per replica): `dp_sync` is the run's
+/// data-parallel sync, used as it is when the model is whole on each rank.
+ModelParallelRun build_model_parallel(const PipelineFlags& flags, Model& model,
+                                      const ModelInputs& inputs, DistGroup* group,
+                                      const c10::Device& device, const TrainOptions& options,
+                                      int64_t memory_limit_bytes, GradientSync* dp_sync);
+/// Checks the flags with the plan's settings in and the world, and turns off what a split model
+/// cannot measure yet (the noise scale of a tensor-parallel model's shards).
+void settle_model_parallel(const PipelineFlags& flags, RecipeFlags& recipe,
+                           const CheckpointFlags& checkpoints, int world);
+/// The report's model-parallel part (a collective for pipeline stages).
+void describe_model_parallel(TrainReport& r, const ModelParallelRun& run,
+                             const PipelineFlags& flags, DistGroup* group);
 
 /// Every stage's layers and steady-state measurements (from `summary`, this rank's), gathered
 /// from all ranks (a collective), with rank 0's predictions.

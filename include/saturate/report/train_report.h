@@ -57,6 +57,10 @@ struct TrainReport {
   std::vector<StageReport> stages;
   int64_t micro_batches = 0;
   std::string pipeline_schedule;
+  /// Tensor parallel: the ranks each replica's GPT is split over (1: none), and the parameters
+  /// rank 0 holds of the whole model's.
+  int tensor_parallel = 1;
+  int64_t local_parameters = 0, whole_parameters = 0;
 };
 
 /// schema_version 1: configuration, loader, throughput (rank 0's and the job's), memory, loss
