@@ -197,10 +197,15 @@ json train_report_to_json(const TrainReport& r) {
 
 namespace {
 
-// Pipeline parallel: the layout, then one row per stage (its layers, compute against the
+// Tensor parallel: the split. Pipeline parallel: the layout, then one row per stage (its layers, compute against the
 // split's prediction, the time it spent sending and waiting, and its peak memory).
 template <typename Row>
-void write_stage_rows(const TrainReport& r, const Row& row) {
+void write_model_parallel_rows(const TrainReport& r, const Row& row) {
+  if (r.tensor_parallel > 1)
+    row("tensor parallel", std::to_string(r.tensor_parallel) +
+                               " ranks split each block's attention heads and MLP columns; rank 0 "
+                               "holds " + std::to_string(r.local_parameters) + " of " +
+                               std::to_string(r.whole_parameters) + " parameters");
   if (r.stages.empty()) return;
   const auto n = static_cast<int64_t>(r.stages.size());
   row("pipeline", std::to_string(n) + " stages, " + std::to_string(r.micro_batches) +
@@ -259,12 +264,7 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
                        (world > 1 || !r.stages.empty() || r.tensor_parallel > 1
                             ? ", communication " + format_fixed(s.phases.communication_ms, 2)
                             : std::string()));
-  write_stage_rows(r, row);
-  if (r.tensor_parallel > 1)
-    row("tensor parallel", std::to_string(r.tensor_parallel) +
-                               " ranks split each block's attention heads and MLP columns; rank 0 "
-                               "holds " + std::to_string(r.local_parameters) + " of " +
-                               std::to_string(r.whole_parameters) + " parameters");
+  write_model_parallel_rows(r, row);
   row("precision", to_string(o.precision) +
                        (o.memory_format != MemoryFormat::kContiguous
                             ? ", " + to_string(o.memory_format)
