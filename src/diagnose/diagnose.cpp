@@ -411,6 +411,27 @@ void rank_skew(const RunFacts& f, const DiagnoseThresholds& t, std::vector<Findi
                      "other load on the slow rank's host"));
 }
 
+void stage_imbalance(const RunFacts& f, const DiagnoseThresholds& t, std::vector<Finding>& out) {
+  const std::vector<double>& ms = f.stage_compute_ms;
+  if (ms.size() < 2) return;
+  const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
+  if (*lo <= 0) return;
+  const double over = 100.0 * (*hi - *lo) / *lo;
+  if (over <= t.stage_imbalance_pct) return;
+  const auto slow = hi - ms.begin(), fast = lo - ms.begin();
+  out.push_back(make("stage-imbalance", Severity::kWarning,
+                     concat("uneven pipeline stages: stage ", slow, " computes ",
+                            format_fixed(*hi, 1), " ms per step, ", pct(over), " more than stage ",
+                            fast, " (", format_fixed(*lo, 1), " ms); every stage waits for it"),
+                     {{"imbalance", over, "%"},
+                      {"slowest_stage", static_cast<double>(slow), ""},
+                      {"slowest_ms", *hi, "ms"},
+                      {"fastest_ms", *lo, "ms"}},
+                     "move layers off the slow stage: --pipeline-split balanced (the default) "
+                     "cuts by each layer's measured time, at the whole batch; with few layers, "
+                     "fewer stages"));
+}
+
 void sort_by_severity(std::vector<Finding>& out) {
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {
     return static_cast<int>(a.severity) > static_cast<int>(b.severity);
@@ -441,8 +462,15 @@ std::vector<Finding> diagnose(const RunFacts& facts, const DiagnoseThresholds& t
   phase_heavy(shares, thresholds, out);
   allocation_churn(facts, shares, thresholds, out);
   rank_skew(facts, thresholds, out);
+  stage_imbalance(facts, thresholds, out);
   critical_batch(facts, thresholds, out);
   sort_by_severity(out);
+  return out;
+}
+
+std::vector<Finding> diagnose_stages(const RunFacts& facts, const DiagnoseThresholds& thresholds) {
+  std::vector<Finding> out;
+  stage_imbalance(facts, thresholds, out);
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
+#include "saturate/diagnose/diagnose.h"
 #include "saturate/report/context.h"
 
 namespace saturate {
@@ -153,6 +154,13 @@ json target_to_json(const TrainOptions& o, const TrainSummary& s) {
 
 namespace {
 
+// What the stages' measurements say (an uneven split).
+std::vector<Finding> stage_findings(const TrainReport& r) {
+  RunFacts facts;
+  for (const StageReport& st : r.stages) facts.stage_compute_ms.push_back(st.compute_ms);
+  return diagnose_stages(facts);
+}
+
 // Pipeline parallel: the layout and each stage's measurements; null without a pipeline.
 json pipeline_json(const TrainReport& r) {
   if (r.stages.empty()) return nullptr;
@@ -170,7 +178,8 @@ json pipeline_json(const TrainReport& r) {
           {"micro_batches", r.micro_batches},
           {"schedule", r.pipeline_schedule},
           {"bubble_formula", (n - 1) / (m + n - 1)},
-          {"per_stage", stages}};
+          {"per_stage", stages},
+          {"findings", findings_to_json(stage_findings(r))}};
 }
 
 }  // namespace
@@ -226,6 +235,8 @@ void write_model_parallel_rows(const TrainReport& r, const Row& row) {
     if (st.peak_memory_bytes > 0) v += ", peak " + format_bytes(st.peak_memory_bytes);
     row("stage " + std::to_string(i), v);
   }
+  for (const Finding& f : stage_findings(r))
+    row("finding", "[" + to_string(f.severity) + "] " + f.title + " → " + f.recommendation);
 }
 
 }  // namespace

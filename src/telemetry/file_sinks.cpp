@@ -215,13 +215,17 @@ void TraceSink::on_step(const StepRecord& r) {
   double t = std::max(offset_us_ + r.start_ms * 1000.0, timeline_end_us_);
   timeline_end_us_ = t + r.step_ms * 1000.0;
   slices_.push_back({"step " + std::to_string(r.step), t, r.step_ms * 1000.0, r.step});
+  // Interleaved phases (micro-batches, a pipeline stage's schedule) as they ran.
+  for (const PhaseSpan& sp : r.spans)
+    if (sp.ms > 0) slices_.push_back({kPhaseNames[sp.phase], t + sp.start_ms * 1000.0, sp.ms * 1000.0, r.step});
+  if (!r.spans.empty()) t += r.step_ms * 1000.0;
   const std::pair<const char*, double> phases[] = {
       {"data_wait", r.data_wait_ms},   {"host_to_device", r.host_to_device_ms},
       {"forward", r.forward_ms},       {"backward", r.backward_ms},
       {"optimizer", r.optimizer_ms},   {"communication", r.communication_ms},
       {"other", r.other_ms}};
   for (const auto& [name, ms] : phases) {
-    if (ms <= 0) continue;
+    if (ms <= 0 || !r.spans.empty()) continue;
     slices_.push_back({name, t, ms * 1000.0, r.step});
     t += ms * 1000.0;
   }

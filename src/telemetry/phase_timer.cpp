@@ -21,6 +21,14 @@ void detail::PhaseTimes::apply(StepRecord& r) const {
   r.step_ms = step_ms;
   r.other_ms = 0.0;
   r.other_ms = std::max(0.0, step_ms - phase_sum_ms(r));
+  // Kept only when a phase came back after another one: the totals say the rest.
+  std::array<bool, kPhaseCount> seen{};
+  bool interleaved = false;
+  for (const PhaseSpan& s : spans) {
+    interleaved = interleaved || seen[static_cast<size_t>(s.phase)];
+    seen[static_cast<size_t>(s.phase)] = true;
+  }
+  r.spans = interleaved ? spans : std::vector<PhaseSpan>();
 }
 
 namespace {
@@ -37,7 +45,13 @@ class SteadyPhaseTimer final : public PhaseTimer {
   void mark(Phase phase) override {
     SATURATE_ASSERT(is_open_, "PhaseTimer::mark() outside a step");
     const auto now = Clock::now();
-    current_.ms[static_cast<size_t>(phase)] += ms_between(last_, now);
+    const double ms = ms_between(last_, now);
+    current_.ms[static_cast<size_t>(phase)] += ms;
+    std::vector<PhaseSpan>& spans = current_.spans;
+    if (!spans.empty() && spans.back().phase == static_cast<int>(phase))
+      spans.back().ms = ms_between(start_, now) - spans.back().start_ms;
+    else if (spans.size() < kMaxSpans)
+      spans.push_back({static_cast<int>(phase), ms_between(start_, last_), ms});
     last_ = now;
   }
 
@@ -66,6 +80,7 @@ class SteadyPhaseTimer final : public PhaseTimer {
     return std::chrono::duration<double, std::milli>(b - a).count();
   }
 
+  static constexpr size_t kMaxSpans = 4096;  // a step's trace detail stays bounded
   bool is_open_ = false;
   Clock::time_point start_, last_;
   detail::PhaseTimes current_;

@@ -90,6 +90,9 @@ struct RunFacts {
   /// Each rank's mean wait for the all-reduce per step (ms). The slowest rank's (the least)
   /// is the communication itself; the others' surplus is waiting for that rank.
   std::vector<double> rank_communication_ms;
+  /// Pipeline runs: each stage's forward and backward compute per step (ms), in stage order;
+  /// empty without stages. Every stage waits for the slowest.
+  std::vector<double> stage_compute_ms;
 
   // Statistical efficiency: the gradient noise scale the run measured (steps == 0: none), which
   // kind ("raw", or "AdamW-preconditioned" for AdamW runs where that one is resolved), and the
@@ -135,6 +138,9 @@ struct DiagnoseThresholds {
   double allocation_churn_pct = 5.0;
   /// Slowest rank's median step more than this much above the fastest: the others wait for it.
   double rank_skew_pct = 10.0;
+  /// Slowest pipeline stage's compute more than this much above the fastest's: the others idle
+  /// for the difference every micro-batch (torchgpipe balances to within a layer's time).
+  double stage_imbalance_pct = 20.0;
   /// A batch more than this many times the noise scale's upper bound is far above the critical
   /// batch (at 4×, steps need 5× the fewest samples: 80% add little); below its lower bound
   /// divided by this, far below it (5× the fewest steps). McCandlish et al. 2018: S = S_min(1 +
@@ -150,6 +156,10 @@ std::vector<Finding> diagnose(const RunFacts& facts, const DiagnoseThresholds& t
 /// for `saturate doctor`: they need no steps.
 std::vector<Finding> diagnose_environment(const RunFacts& facts,
                                           const DiagnoseThresholds& thresholds = {});
+
+/// The pipeline rule alone (`stage-imbalance`), for a train run's stages.
+std::vector<Finding> diagnose_stages(const RunFacts& facts,
+                                     const DiagnoseThresholds& thresholds = {});
 
 /// "info" | "warning" | "critical".
 std::string to_string(Severity s);

@@ -11,6 +11,17 @@
 
 namespace saturate {
 
+/// One stretch of a step spent in one phase: `phase` indexes kPhaseNames, `start_ms` counts
+/// from the step's start.
+struct PhaseSpan {
+  int phase = 0;
+  double start_ms = 0.0, ms = 0.0;
+};
+
+/// The names of the phases PhaseSpan::phase indexes, in the step's order.
+inline constexpr const char* kPhaseNames[] = {"data_wait", "host_to_device", "forward",
+                                              "backward",  "optimizer",      "communication"};
+
 /// Exclusive phases of a step: together they account for the step's wall time.
 struct StepRecord {
   int64_t step = 0;     ///< 0-based optimizer step index within the run.
@@ -49,6 +60,9 @@ struct StepRecord {
   double gns_precond = std::numeric_limits<double>::quiet_NaN();
   /// The batch sizes the measuring pair averaged (0: not measured).
   double gns_b_small = 0, gns_b_big = 0;
+  /// The phases in the order they ran, when they interleaved (micro-batches, a pipeline
+  /// stage's schedule) and a host clock timed them; empty otherwise. For the trace.
+  std::vector<PhaseSpan> spans;
 };
 
 /// Sum of the phase fields, for checks that they account for step_ms.

@@ -383,6 +383,27 @@ TEST(Diagnose, RankSkew) {
   EXPECT_FALSE(find(diagnose(f), "rank-skew").has_value());
 }
 
+// Issue 19: what two measured 2-stage runs gave on this machine. fmnist-cnn's balanced split
+// (profiled at the whole batch of 64) computed 10.2 and 17.5 ms a step in 8 micro-batches of 8:
+// uneven. mlp-deep's at batch 256 computed 25.4 and 27.3 ms: even enough.
+TEST(Diagnose, Issue19_StageImbalance) {
+  RunFacts f;
+  f.stage_compute_ms = {10.24, 17.45};
+  for (const auto& found : {diagnose(f), diagnose_stages(f)}) {
+    std::optional<Finding> x = find(found, "stage-imbalance");
+    ASSERT_TRUE(x.has_value());
+    EXPECT_EQ(evidence(*x, "slowest_stage"), 1);
+    EXPECT_NEAR(evidence(*x, "imbalance"), 100.0 * (17.45 - 10.24) / 10.24, 1e-9);
+    EXPECT_NE(x->recommendation.find("--pipeline-split"), std::string::npos);
+  }
+  f.stage_compute_ms = {25.44, 27.28};
+  EXPECT_TRUE(diagnose_stages(f).empty());
+  f.stage_compute_ms = {25.44};  // one stage
+  EXPECT_TRUE(diagnose_stages(f).empty());
+  f.stage_compute_ms = {0.0, 12.0};  // not measured
+  EXPECT_TRUE(diagnose_stages(f).empty());
+}
+
 // Issue 15: in lockstep ranks the fast ones wait for the slow one inside the all-reduce. That
 // wait is the rank-skew rule's; only the slowest rank's wait is communication.
 TEST(Diagnose, Issue15_WaitingForASlowRankIsNotCommunication) {

@@ -221,6 +221,32 @@ TEST(TraceSink, WritesWellFormedCompleteEventsOnePerPhasePerStep) {
   EXPECT_THROW(TraceSink("/proc/no-such-dir/t.json"), Error);
 }
 
+TEST(TraceSink, Issue19_AStepsInterleavedPhasesAreDrawnWhereTheyRan) {
+  testing::TempDir dir;
+  TraceSink sink(dir.file("trace.json"));
+  StepRecord r;
+  r.forward_ms = 3;
+  r.communication_ms = 4;
+  r.step_ms = 7;
+  r.spans = {{2, 0, 1}, {5, 1, 4}, {2, 5, 2}};  // forward, waiting, forward
+  sink.on_step(r);
+  sink.on_end();
+  std::ifstream in(dir.file("trace.json"));
+  const auto doc = nlohmann::json::parse(in);
+  std::vector<std::pair<std::string, double>> drawn;
+  double step_ts = -1;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    if (e["cat"] == "step") step_ts = e["ts"].get<double>();
+    else drawn.emplace_back(e["name"].get<std::string>(), e["ts"].get<double>());
+  }
+  ASSERT_EQ(drawn.size(), 3u);
+  EXPECT_EQ(drawn[0].first, "forward");
+  EXPECT_EQ(drawn[1].first, "communication");
+  EXPECT_EQ(drawn[2].first, "forward");
+  EXPECT_NEAR(drawn[2].second - step_ts, 5000.0, 1e-6);
+}
+
 TEST(TraceSink, Issue15_RanksTracksMergeIntoOneTraceWithAProcessPerRank) {
   // Two ranks collect without a file; the merge keeps each rank's slices on its own track.
   std::vector<std::string> docs;

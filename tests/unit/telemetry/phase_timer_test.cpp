@@ -40,6 +40,43 @@ TEST(SteadyPhaseTimer, PhasesSumToTheStepAndLandWhereTheTimeWent) {
   EXPECT_FALSE(timer->ready(ticket)) << "a read ticket is forgotten";
 }
 
+// Issue 19: a pipeline stage's schedule interleaves its phases; the trace draws them as they
+// ran. Consecutive marks of one phase are one span, and a step whose phases did not interleave
+// keeps none (its totals say it all).
+TEST(SteadyPhaseTimer, Issue19_InterleavedPhasesAreKeptInTheOrderTheyRan) {
+  auto timer = make_steady_phase_timer();
+  timer->begin();
+  timer->mark(Phase::kDataWait);
+  sleep_ms(2);
+  timer->mark(Phase::kForward);
+  sleep_ms(4);
+  timer->mark(Phase::kCommunication);
+  sleep_ms(2);
+  timer->mark(Phase::kForward);
+  timer->mark(Phase::kForward);
+  sleep_ms(2);
+  timer->mark(Phase::kBackward);
+  StepRecord r;
+  timer->read(timer->finish(), r);
+  ASSERT_EQ(r.spans.size(), 5u);
+  const int want[] = {0, 2, 5, 2, 3};
+  for (size_t i = 0; i < r.spans.size(); ++i) {
+    EXPECT_EQ(r.spans[i].phase, want[i]) << i;
+    if (i > 0) {
+      EXPECT_NEAR(r.spans[i].start_ms, r.spans[i - 1].start_ms + r.spans[i - 1].ms, 1e-6);
+    }
+  }
+  EXPECT_GE(r.spans[2].ms, 4.0);
+  EXPECT_NEAR(r.spans[1].ms + r.spans[3].ms, r.forward_ms, 1e-9);
+  timer->begin();
+  timer->mark(Phase::kForward);
+  timer->mark(Phase::kBackward);
+  timer->mark(Phase::kOptimizer);
+  StepRecord plain;
+  timer->read(timer->finish(), plain);
+  EXPECT_TRUE(plain.spans.empty());
+}
+
 TEST(SteadyPhaseTimer, FinishedStepsCanBeReadLaterAndInAnyOrder) {
   auto timer = make_steady_phase_timer();
   std::vector<int64_t> tickets;
