@@ -250,6 +250,12 @@ class GptModel final : public Model {
   int64_t recompute_segments() const override { return segments_; }
   std::string attention_kernel() const override { return kernel_; }
   bool set_tensor_parallel(TensorParallelGroup* group) override;
+  std::string tensor_parallel_problem(int size) const override {
+    const GptConfig& c = net_->config;
+    if (size >= 1 && c.heads % size == 0 && c.width % size == 0) return "";
+    return name_ + "'s " + std::to_string(c.heads) + " heads and width " +
+           std::to_string(c.width) + " do not split evenly over it";
+  }
   std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() override;
 
  private:
@@ -263,11 +269,9 @@ class GptModel final : public Model {
 bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
   if (group == nullptr) return true;
   SATURATE_CHECK(tp_ == nullptr, "model: ", name_, " is already split over ranks");
-  const GptConfig& c = net_->config;
   const int n = group->size();
-  SATURATE_CHECK(n >= 1 && c.heads % n == 0 && c.width % n == 0, "--tensor-parallel ", n, ": ",
-                 name_, "'s ", c.heads, " heads and width ", c.width,
-                 " do not split evenly over it");
+  const std::string problem = tensor_parallel_problem(n);
+  SATURATE_CHECK(problem.empty(), "--tensor-parallel ", n, ": ", problem);
   if (n == 1) return true;
   for (size_t i = 0; i < net_->h->size(); ++i) {
     const auto b = net_->h->ptr<BlockImpl>(i);

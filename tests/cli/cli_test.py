@@ -1421,7 +1421,7 @@ def case_issue19_pipeline_bad_input(tmp):
             (["launch", "--nproc-per-node", "3", "--"] + base + ["--pipeline-stages", "2"],
              "--pipeline-stages 2: the world of 3 ranks is not a multiple of it"),
             (base + ["--tensor-parallel", "2"],
-             "--tensor-parallel: mlp cannot be split by tensor (the GPT can)"),
+             "--tensor-parallel 2: mlp cannot be split by tensor (the GPT can)"),
             (["train", "--model", "gpt-mini:layers=1,heads=4,width=32", "--data", "text:" + LICENSES,
               "--seq-len", "16", "--steps", "1", "--threads", "1", "-q", "--tensor-parallel", "3"],
              "heads and width 32 do not split evenly over it"),

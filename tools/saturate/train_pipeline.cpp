@@ -96,6 +96,10 @@ void check_pipeline_world(const PipelineFlags& f, int world) {
 }
 
 TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group) {
+  // Before the shares' group forms: a rank that stopped during its rendezvous would fail the
+  // others with a connection error instead of this.
+  const std::string problem = model.tensor_parallel_problem(f.tensor_parallel);
+  SATURATE_CHECK(problem.empty(), "--tensor-parallel ", f.tensor_parallel, ": ", problem);
   TensorParallelRun run;
   const int n = f.tensor_parallel, replicas = group.world_size() / n;
   const int share = group.rank() % n, replica = group.rank() / n;
@@ -110,7 +114,7 @@ TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, Di
   for (const at::Tensor& p : model.parameters()) run.whole_parameters += p.numel();
   run.tp = make_tensor_parallel_group(*run.shares_group);
   SATURATE_CHECK(model.set_tensor_parallel(run.tp.get()), "--tensor-parallel: ", model.name(),
-                 " cannot be split by tensor (the GPT can)");
+                 " cannot be split by tensor");
   for (const at::Tensor& p : model.parameters()) run.local_parameters += p.numel();
   SATURATE_LOG_INFO("train: tensor parallel, share ", share, " of ", n,
                     replicas > 1 ? " of replica " + std::to_string(replica) + " of " +

@@ -72,6 +72,12 @@ class Model {
   /// Returns false, changing nothing, when the model cannot be split so (only the GPT can);
   /// saturate::Error when its heads or width do not divide by the group's size.
   virtual bool set_tensor_parallel(TensorParallelGroup* /*group*/) { return false; }
+  /// Why set_tensor_parallel over `size` ranks would fail ("" when it would not): asked before
+  /// the ranks form their group, so that every rank stops alike.
+  virtual std::string tensor_parallel_problem(int size) const {
+    (void)size;
+    return name() + " cannot be split by tensor (the GPT can)";
+  }
   /// named_parameters() whole: a tensor-parallel model's shards gathered from every rank (a
   /// collective); the same tensors otherwise.
   virtual std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() {
