@@ -21,19 +21,24 @@ namespace nn = torch::nn;
 namespace F = torch::nn::functional;
 namespace {
 
-// Rows [part·n + r·c, part·n + (r+1)·c) of each of `parts` blocks of n rows of `t` (dim 0), or
-// the columns (dim 1): rank r's share when n splits into shares of c.
-at::Tensor share_of(const at::Tensor& t, int64_t dim, int64_t parts, int64_t n, int64_t c, int r) {
+// Tensor parallel (Megatron's pair): a first Linear split by output rows, in `parts` blocks
+// (q, k, v: 3), and a second split by input columns; rank r keeps share r of each block.
+
+// Rank r's share of `t` along `dim`: share r of each of its `parts` equal blocks.
+at::Tensor share_of(const at::Tensor& t, int64_t dim, int64_t parts, int size, int r) {
+  const int64_t n = t.size(dim) / parts, c = n / size;
   std::vector<at::Tensor> pieces;
   for (int64_t part = 0; part < parts; ++part)
     pieces.push_back(t.slice(dim, part * n + r * c, part * n + (r + 1) * c));
   return at::cat(pieces, dim).clone();
 }
 
-// The whole tensor of shape `whole` from every rank's share (share_of's inverse): each rank
-// writes its share into zeros and the sum over the ranks fills the rest.
-at::Tensor whole_of(const at::Tensor& share, at::IntArrayRef whole, int64_t dim, int64_t parts,
-                    int64_t n, int64_t c, TensorParallelGroup& tp) {
+// share_of's inverse over the group: each rank writes its share into zeros of the whole shape
+// and the sum over the ranks fills the rest.
+at::Tensor whole_of(const at::Tensor& share, int64_t dim, int64_t parts, TensorParallelGroup& tp) {
+  const int64_t c = share.size(dim) / parts, n = c * tp.size();
+  std::vector<int64_t> whole = share.sizes().vec();
+  whole[static_cast<size_t>(dim)] = n * parts;
   at::Tensor out = torch::zeros(whole, share.options());
   const int r = tp.rank();
   for (int64_t part = 0; part < parts; ++part)
@@ -43,13 +48,43 @@ at::Tensor whole_of(const at::Tensor& share, at::IntArrayRef whole, int64_t dim,
   return out;
 }
 
+// The pair (first, second) cut down to this rank's share.
+void split_pair(nn::Linear& first, nn::Linear& second, int64_t parts, TensorParallelGroup& group) {
+  torch::NoGradGuard no_grad;
+  const int n = group.size(), r = group.rank();
+  first->weight.set_data(share_of(first->weight, 0, parts, n, r));
+  first->bias.set_data(share_of(first->bias, 0, parts, n, r));
+  second->weight.set_data(share_of(second->weight, 1, 1, n, r));
+}
+
+// The first Linear's input: its gradient summed over the ranks in backward (Megatron's f).
+at::Tensor pair_input(const at::Tensor& x, TensorParallelGroup* tp) {
+  return tp ? copy_to_tensor_parallel(x, *tp) : x;
+}
+
+// The second Linear on `h`: split, each rank's partial product summed over the ranks (g), then
+// the bias once.
+at::Tensor pair_output(nn::Linear& second, const at::Tensor& h, TensorParallelGroup* tp) {
+  return tp ? reduce_from_tensor_parallel(F::linear(h, second->weight), *tp) + second->bias
+            : second->forward(h);
+}
+
+// Which parameters the pairs split, by name ending: the dimension and blocks of their shares.
+struct SplitParam {
+  const char* suffix;
+  int64_t dim, parts;
+};
+constexpr SplitParam kSplitParams[] = {
+    {"attn.c_attn.weight", 0, 3}, {"attn.c_attn.bias", 0, 3}, {"attn.c_proj.weight", 1, 1},
+    {"mlp.c_fc.weight", 0, 1},    {"mlp.c_fc.bias", 0, 1},    {"mlp.c_proj.weight", 1, 1}};
+
 struct AttentionImpl : nn::Module {
   AttentionImpl(const GptConfig& c) : heads(c.heads), dropout(c.dropout) {
     c_attn = register_module("c_attn", nn::Linear(c.width, 3 * c.width));
     c_proj = register_module("c_proj", nn::Linear(c.width, c.width));
   }
   at::Tensor forward(const at::Tensor& x_in) {
-    const at::Tensor x = tp ? copy_to_tensor_parallel(x_in, *tp) : x_in;
+    const at::Tensor x = pair_input(x_in, tp);
     const int64_t B = x.size(0), T = x.size(1);
     const int64_t n = tp ? tp->size() : 1, C = c_proj->weight.size(1), local = heads / n;
     const std::vector<at::Tensor> qkv = c_attn->forward(x).split(C, 2);
@@ -57,22 +92,13 @@ struct AttentionImpl : nn::Module {
     const at::Tensor y = at::scaled_dot_product_attention(
         heads_of(qkv[0]), heads_of(qkv[1]), heads_of(qkv[2]), {}, is_training() ? dropout : 0.0,
         /*is_causal=*/true);
-    const at::Tensor mixed = y.transpose(1, 2).contiguous().view({B, T, C});
-    // Row-parallel: each rank's heads give a partial sum; the bias is added once, after it.
-    const at::Tensor out = tp ? reduce_from_tensor_parallel(F::linear(mixed, c_proj->weight), *tp) +
-                                    c_proj->bias
-                              : c_proj->forward(mixed);
+    const at::Tensor out = pair_output(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}), tp);
     return F::dropout(out, F::DropoutFuncOptions().p(dropout).training(is_training()));
   }
   // This rank's heads: their rows of the query, key and value projection, their columns of the
   // output projection.
   void split(TensorParallelGroup& group) {
-    torch::NoGradGuard no_grad;
-    const int64_t C = c_proj->weight.size(0), c = C / group.size();
-    const int r = group.rank();
-    c_attn->weight.set_data(share_of(c_attn->weight, 0, 3, C, c, r));
-    c_attn->bias.set_data(share_of(c_attn->bias, 0, 3, C, c, r));
-    c_proj->weight.set_data(share_of(c_proj->weight, 1, 1, C, c, r));
+    split_pair(c_attn, c_proj, 3, group);
     tp = &group;
   }
   int64_t heads;
@@ -87,22 +113,13 @@ struct MlpImpl : nn::Module {
     c_fc = register_module("c_fc", nn::Linear(c.width, 4 * c.width));
     c_proj = register_module("c_proj", nn::Linear(4 * c.width, c.width));
   }
-  at::Tensor forward(const at::Tensor& x_in) {
-    const at::Tensor x = tp ? copy_to_tensor_parallel(x_in, *tp) : x_in;
-    const at::Tensor h = F::gelu(c_fc->forward(x));
-    const at::Tensor out = tp ? reduce_from_tensor_parallel(F::linear(h, c_proj->weight), *tp) +
-                                    c_proj->bias
-                              : c_proj->forward(h);
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor out = pair_output(c_proj, F::gelu(c_fc->forward(pair_input(x, tp))), tp);
     return F::dropout(out, F::DropoutFuncOptions().p(dropout).training(is_training()));
   }
   // This rank's hidden columns: its rows of c_fc, its columns of c_proj.
   void split(TensorParallelGroup& group) {
-    torch::NoGradGuard no_grad;
-    const int64_t H = c_fc->weight.size(0), h = H / group.size();
-    const int r = group.rank();
-    c_fc->weight.set_data(share_of(c_fc->weight, 0, 1, H, h, r));
-    c_fc->bias.set_data(share_of(c_fc->bias, 0, 1, H, h, r));
-    c_proj->weight.set_data(share_of(c_proj->weight, 1, 1, H, h, r));
+    split_pair(c_fc, c_proj, 1, group);
     tp = &group;
   }
   double dropout;
@@ -285,19 +302,16 @@ bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
 std::vector<std::pair<std::string, at::Tensor>> GptModel::whole_named_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out = named_parameters();
   if (tp_ == nullptr) return out;
-  const int64_t C = net_->config.width, n = tp_->size();
   torch::NoGradGuard no_grad;
-  auto ends = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   for (auto& [name, t] : out) {
-    const at::Tensor p = t.detach();
-    if (ends(name, "attn.c_attn.weight")) t = whole_of(p, {3 * C, C}, 0, 3, C, C / n, *tp_);
-    else if (ends(name, "attn.c_attn.bias")) t = whole_of(p, {3 * C}, 0, 3, C, C / n, *tp_);
-    else if (ends(name, "attn.c_proj.weight")) t = whole_of(p, {C, C}, 1, 1, C, C / n, *tp_);
-    else if (ends(name, "mlp.c_fc.weight")) t = whole_of(p, {4 * C, C}, 0, 1, 4 * C, 4 * C / n, *tp_);
-    else if (ends(name, "mlp.c_fc.bias")) t = whole_of(p, {4 * C}, 0, 1, 4 * C, 4 * C / n, *tp_);
-    else if (ends(name, "mlp.c_proj.weight")) t = whole_of(p, {C, 4 * C}, 1, 1, 4 * C, 4 * C / n, *tp_);
+    for (const SplitParam& sp : kSplitParams) {
+      const std::string tail = sp.suffix;
+      if (name.size() >= tail.size() &&
+          name.compare(name.size() - tail.size(), tail.size(), tail) == 0) {
+        t = whole_of(t.detach(), sp.dim, sp.parts, *tp_);
+        break;
+      }
+    }
   }
   return out;
 }
