@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     for (int64_t m : a.micro) {
       const auto all = g->allgather(run(*g, a, m, schedule, *memory));
       if (g->rank() != 0) continue;
-      const double formula = static_cast<double>(S - 1) / static_cast<double>(m + S - 1);
+      const double formula = pipeline_bubble(S, m);
       double mean = 0;
       std::string per_stage, peaks;
       for (int r = 0; r < S; ++r) {

@@ -8,6 +8,7 @@
 #include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/diagnose/diagnose.h"
+#include "saturate/distributed/pipeline.h"
 #include "saturate/report/context.h"
 
 namespace saturate {
@@ -164,7 +165,6 @@ std::vector<Finding> stage_findings(const TrainReport& r) {
 // Pipeline parallel: the layout and each stage's measurements; null without a pipeline.
 json pipeline_json(const TrainReport& r) {
   if (r.stages.empty()) return nullptr;
-  const auto n = static_cast<double>(r.stages.size()), m = static_cast<double>(r.micro_batches);
   json stages = json::array();
   for (const StageReport& st : r.stages)
     stages.push_back({{"first_layer", st.first_layer},
@@ -177,7 +177,7 @@ json pipeline_json(const TrainReport& r) {
   return {{"stages", r.stages.size()},
           {"micro_batches", r.micro_batches},
           {"schedule", r.pipeline_schedule},
-          {"bubble_formula", (n - 1) / (m + n - 1)},
+          {"bubble_formula", pipeline_bubble(static_cast<int64_t>(r.stages.size()), r.micro_batches)},
           {"per_stage", stages},
           {"findings", findings_to_json(stage_findings(r))}};
 }
@@ -219,9 +219,7 @@ void write_model_parallel_rows(const TrainReport& r, const Row& row) {
   const auto n = static_cast<int64_t>(r.stages.size());
   row("pipeline", std::to_string(n) + " stages, " + std::to_string(r.micro_batches) +
                       " micro-batches per step, " + r.pipeline_schedule + "; bubble (S-1)/(M+S-1) " +
-                      format_fixed(100.0 * static_cast<double>(n - 1) /
-                                       static_cast<double>(r.micro_batches + n - 1),
-                                   0) +
+                      format_fixed(100.0 * pipeline_bubble(n, r.micro_batches), 0) +
                       "%");
   for (int64_t i = 0; i < n; ++i) {
     const StageReport& st = r.stages[i];

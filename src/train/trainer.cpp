@@ -262,16 +262,18 @@ void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
   }
 }
 
+const char* staged_step_conflict(const TrainOptions& o) {
+  if (o.accumulate > 1)
+    return "--accumulate above 1 (a pipeline's micro-batches are --micro-batches)";
+  if (o.precision == Precision::kFp16)
+    return "fp16 (its loss scaler's inf check across ranks is not built yet; use bf16)";
+  if (o.recompute_segments > 0) return "--recompute-segments";
+  if (o.adaptive_batch) return "--adaptive-batch";
+  return nullptr;
+}
+
 void Trainer::set_staged_step(StagedStep* staged) {
-  const TrainOptions& o = options_;
-  const char* what = sync_ != nullptr        ? "data parallel"
-                     : o.accumulate > 1      ? "--accumulate above 1 (the pipeline's micro-batches "
-                                               "are --micro-batches)"
-                     : o.precision == Precision::kFp16 ? "fp16 (its loss scaler's inf check "
-                                                         "across stages is not built yet; use bf16)"
-                     : o.recompute_segments > 0 ? "--recompute-segments"
-                     : o.adaptive_batch         ? "--adaptive-batch"
-                                                : nullptr;
+  const char* what = sync_ != nullptr ? "data parallel" : staged_step_conflict(options_);
   SATURATE_CHECK(staged == nullptr || what == nullptr, "--pipeline-stages: cannot be combined with ",
                  what, " yet");
   staged_ = staged;

@@ -339,7 +339,7 @@ int ranks_to_launch(const RecipeFlags& f, const CLI::App& app, const Plan* plan,
 }
 
 DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
-                                   const char* command, int pipeline_stages) {
+                                   const char* command, int ranks_per_replica) {
   DataParallelRun run;
   run.env = dist_env_from_environment();
   run.device = recipe.device;
@@ -355,10 +355,10 @@ DataParallelRun join_data_parallel(const RecipeFlags& f, const Recipe& recipe,
   run.group = init_process_group(
       run.env, backend, run.device,
       std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000)));
-  if (pipeline_stages > 1) {
-    const int replicas = run.env.world_size / pipeline_stages;
+  if (ranks_per_replica > 1) {
+    const int replicas = run.env.world_size / ranks_per_replica;
     SATURATE_LOG_INFO(command, ": model parallel, ", run.env.describe(), ", ",
-                      to_string(run.group->backend()), "; ", pipeline_stages, " ranks per replica × ",
+                      to_string(run.group->backend()), "; ", ranks_per_replica, " ranks per replica × ",
                       count_of(replicas, "replica"), ", global batch ",
                       recipe.train.batch_size * replicas, " (", replicas, " × ",
                       recipe.train.batch_size, ")",
@@ -385,24 +385,24 @@ void throw_collective_failure(const DataParallelRun& run, const char* command,
                            " (" + first_line(e.what()) + ")");
 }
 
-LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader, int pipeline_stages) {
-  const int stages = std::max(1, pipeline_stages);
-  loader.rank = run.env.rank / stages;
-  loader.world = run.env.world_size / stages;
+LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader, int ranks_per_replica) {
+  const int n = std::max(1, ranks_per_replica);
+  loader.rank = run.env.rank / n;
+  loader.world = run.env.world_size / n;
   return loader;
 }
 
 void describe_train_run(TrainReport& r, const RecipeFlags& rf, const Recipe& recipe,
                         const DataParallelRun& dp, const TrainingInput& input,
-                        const Loader& loader, const Model& model, int pipeline_stages) {
+                        const Loader& loader, const Model& model, int ranks_per_replica) {
   r.options = recipe.train;
   r.model = model.name();
   r.data = rf.data;
   r.device = dp.device.str();
   r.probe = recipe.probe;
   r.threads = recipe.threads;
-  // A pipeline's ranks are its stages: one replica of the model, every stage on each batch.
-  r.world_size = dp.env.world_size / std::max(1, pipeline_stages);
+  // A split model's replica spans several ranks: the report counts replicas.
+  r.world_size = dp.env.world_size / std::max(1, ranks_per_replica);
   r.workers = rf.workers;
   r.prefetch = rf.prefetch;
   r.memory_limit_bytes = recipe.memory_limit_bytes;

@@ -119,23 +119,24 @@ TrainingInput open_recipe_input(const Recipe& recipe, const c10::Device& device)
 
 /// Joins the data-parallel job the environment describes (torchrun, srun), or returns a run of
 /// one process. Bad variables, --backend or --dist-timeout are exit-2 errors.
-/// `pipeline_stages` > 1: that many ranks hold each replica of the model between them (pipeline
-/// stages or tensor shares, train_pipeline.h), so the group is joined but no gradient sync over
-/// the whole world is made.
+/// `ranks_per_replica` > 1: that many ranks hold each replica of the model between them
+/// (pipeline stages or tensor shares, train_pipeline.h), so the group is joined but no gradient
+/// sync over the whole world is made.
 DataParallelRun join_data_parallel(const RecipeFlags& flags, const Recipe& recipe,
-                                   const char* command, int pipeline_stages = 1);
+                                   const char* command, int ranks_per_replica = 1);
 /// For a collective that failed mid-run (almost always another rank that died or hung): throws
 /// the one error line, naming the rank that exited when this host can tell.
 [[noreturn]] void throw_collective_failure(const DataParallelRun& run, const char* command,
                                            const std::exception& e);
-/// `loader` sharded for the run: this rank's part of each epoch. A pipeline's stages all read
-/// their replica's part (rank / `pipeline_stages` of world / `pipeline_stages`).
-LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader, int pipeline_stages = 1);
+/// `loader` sharded for the run: this rank's part of each epoch. The ranks of one replica of a
+/// split model all read their replica's part (rank / `ranks_per_replica` of world /
+/// `ranks_per_replica`).
+LoaderOptions shard_for(const DataParallelRun& run, LoaderOptions loader, int ranks_per_replica = 1);
 
-/// What a train run ran with, into its report (the summary is already in `r`). A pipeline's
-/// ranks are its stages, so world_size counts the replicas: world / `pipeline_stages`.
+/// What a train run ran with, into its report (the summary is already in `r`). A split model's
+/// replica spans several ranks, so world_size counts the replicas: world / `ranks_per_replica`.
 void describe_train_run(TrainReport& r, const RecipeFlags& flags, const Recipe& recipe,
                         const DataParallelRun& dp, const TrainingInput& input,
-                        const Loader& loader, const Model& model, int pipeline_stages);
+                        const Loader& loader, const Model& model, int ranks_per_replica);
 
 }  // namespace saturate::cli

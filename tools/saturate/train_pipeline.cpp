@@ -18,8 +18,10 @@
 #include "saturate/distributed/tensor_parallel.h"
 #include "saturate/models/model.h"
 #include "saturate/report/train_report.h"
+#include "saturate/train/precision.h"
 #include "saturate/train/staged_step.h"
 #include "saturate/train/train_options.h"
+#include "saturate/train/trainer.h"
 #include "saturate/tune/plan.h"
 
 namespace saturate::cli {
@@ -45,15 +47,14 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
 }
 
 std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& checkpoints) {
-  const TrainOptions& o = rf.train;
   if (!checkpoints.dir.empty()) return "--checkpoint-dir";
   if (!checkpoints.resume.empty()) return "--resume";
   if (!checkpoints.save_model.empty()) return "--save-model";
-  if (o.accumulate > 1) return "--accumulate (the pipeline's micro-batches are --micro-batches)";
-  if (rf.precision == "fp16") return "--precision fp16 (the loss scaler across stages)";
-  if (o.recompute_segments > 0) return "--recompute-segments";
-  if (o.adaptive_batch) return "--adaptive-batch";
-  return "";
+  // The trainer's own list; the precision is still the flag's text here (resolved later).
+  TrainOptions o = rf.train;
+  if (rf.precision == "fp16") o.precision = Precision::kFp16;
+  const char* what = staged_step_conflict(o);
+  return what != nullptr ? what : "";
 }
 
 void apply_plan_pipeline(const Plan& plan, const CLI::App& app, PipelineFlags& f) {
@@ -95,32 +96,40 @@ void check_pipeline_world(const PipelineFlags& f, int world) {
                  ": the world of ", world, " ranks is not a multiple of it");
 }
 
+std::string ReplicaGroups::where() const {
+  return replicas > 1 ? " of replica " + std::to_string(replica) + " of " + std::to_string(replicas)
+                      : std::string();
+}
+
+ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind) {
+  ReplicaGroups g;
+  g.replicas = group.world_size() / n;
+  g.part = group.rank() % n;
+  g.replica = group.rank() / n;
+  std::vector<int> within, across;
+  for (int p = 0; p < n; ++p) within.push_back(g.replica * n + p);
+  for (int d = 0; d < g.replicas; ++d) across.push_back(d * n + g.part);
+  g.within = group.subgroup(within, kind + "/replica" + std::to_string(g.replica));
+  if (g.replicas > 1) g.across = group.subgroup(across, kind + "/part" + std::to_string(g.part));
+  return g;
+}
+
 TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group) {
   // Before the shares' group forms: a rank that stopped during its rendezvous would fail the
   // others with a connection error instead of this.
   const std::string problem = model.tensor_parallel_problem(f.tensor_parallel);
   SATURATE_CHECK(problem.empty(), "--tensor-parallel ", f.tensor_parallel, ": ", problem);
   TensorParallelRun run;
-  const int n = f.tensor_parallel, replicas = group.world_size() / n;
-  const int share = group.rank() % n, replica = group.rank() / n;
-  std::vector<int> mine, same_share;
-  for (int t = 0; t < n; ++t) mine.push_back(replica * n + t);
-  for (int d = 0; d < replicas; ++d) same_share.push_back(d * n + share);
-  run.shares_group = group.subgroup(mine, "tensor" + std::to_string(replica));
-  if (replicas > 1) {
-    run.replicas_group = group.subgroup(same_share, "share" + std::to_string(share));
-    run.replicas_sync = make_data_parallel(*run.replicas_group);
-  }
+  run.groups = replica_groups(group, f.tensor_parallel, "tensor");
+  if (run.groups.across) run.replicas_sync = make_data_parallel(*run.groups.across);
   for (const at::Tensor& p : model.parameters()) run.whole_parameters += p.numel();
-  run.tp = make_tensor_parallel_group(*run.shares_group);
+  run.tp = make_tensor_parallel_group(*run.groups.within);
   SATURATE_CHECK(model.set_tensor_parallel(run.tp.get()), "--tensor-parallel: ", model.name(),
                  " cannot be split by tensor");
   for (const at::Tensor& p : model.parameters()) run.local_parameters += p.numel();
-  SATURATE_LOG_INFO("train: tensor parallel, share ", share, " of ", n,
-                    replicas > 1 ? " of replica " + std::to_string(replica) + " of " +
-                                       std::to_string(replicas)
-                                 : std::string(),
-                    ": ", run.local_parameters, " of ", run.whole_parameters, " parameters here");
+  SATURATE_LOG_INFO("train: tensor parallel, share ", run.groups.part, " of ", f.tensor_parallel,
+                    run.groups.where(), ": ", run.local_parameters, " of ", run.whole_parameters,
+                    " parameters here");
   return run;
 }
 
@@ -169,13 +178,8 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, const ModelInpu
   PipelineRun run;
   run.spans = agreed_split(f, model, inputs, group, o, memory_limit_bytes, run.predicted_ms);
   const auto& spans = run.spans;
-  const int stages = f.stages, replicas = group.world_size() / stages;
-  const int me = group.rank() % stages, replica = group.rank() / stages;
-  std::vector<int> mine, same_stage;
-  for (int s = 0; s < stages; ++s) mine.push_back(replica * stages + s);
-  for (int d = 0; d < replicas; ++d) same_stage.push_back(d * stages + me);
-  run.stages_group = group.subgroup(mine, "pipeline" + std::to_string(replica));
-  if (replicas > 1) run.replicas_group = group.subgroup(same_stage, "stage" + std::to_string(me));
+  run.groups = replica_groups(group, f.stages, "pipeline");
+  const int me = run.groups.part;
   run.stage = model.pipeline_stage(spans[me].first, spans[me].second);
   SATURATE_CHECK(run.stage != nullptr, "--pipeline-stages: ", model.name(),
                  " cannot be split into stages by layers");
@@ -184,18 +188,13 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, const ModelInpu
   PipelineOptions po;
   po.micro_batches = run.micro_batches;
   po.schedule = parse_pipeline_schedule(f.schedule);
-  run.step = make_pipeline_step(*run.stages_group, *run.stage, po, run.replicas_group.get());
-  SATURATE_LOG_INFO("train: pipeline parallel, stage ", me, " of ", f.stages,
-                    replicas > 1 ? " of replica " + std::to_string(replica) + " of " +
-                                       std::to_string(replicas)
-                                 : std::string(),
+  run.step = make_pipeline_step(*run.groups.within, *run.stage, po, run.groups.across.get());
+  SATURATE_LOG_INFO("train: pipeline parallel, stage ", me, " of ", f.stages, run.groups.where(),
                     " (layers ",
                     spans[me].first, "-", spans[me].second - 1, ") on ", device.str(), "; ",
                     run.micro_batches, " micro-batches per step of ", o.batch_size, ", ",
                     f.schedule, ", bubble (S-1)/(M+S-1) = ",
-                    format_fixed(100.0 * (f.stages - 1) /
-                                     static_cast<double>(run.micro_batches + f.stages - 1),
-                                 0),
+                    format_fixed(100.0 * pipeline_bubble(f.stages, run.micro_batches), 0),
                     "%");
   return run;
 }

@@ -69,10 +69,23 @@ void check_pipeline_flags(const PipelineFlags& flags, const TrainOptions& option
 /// ranks; world / that many replicas, data parallel). saturate::Error naming them otherwise.
 void check_pipeline_world(const PipelineFlags& flags, int world);
 
+/// A world of replicas × n ranks, where rank r is part r % n of replica r / n (a pipeline stage,
+/// a tensor share): the groups of this rank's replica and, with several replicas, of its part
+/// on each of them.
+struct ReplicaGroups {
+  std::unique_ptr<DistGroup> within;  ///< this replica's n ranks, in part order
+  std::unique_ptr<DistGroup> across;  ///< this part on every replica; null with one replica
+  int part = 0, replica = 0, replicas = 1;
+  /// " of replica d of D", or "" with one replica: for logs.
+  std::string where() const;
+};
+/// Forms them over `group` (a collective of every rank); `kind` names their store keys.
+ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind);
+
 /// Tensor parallel (--tensor-parallel T): rank r holds tensor share r % T of replica r / T, with
 /// data parallel over the replicas (each share's gradients averaged with the same share's).
 struct TensorParallelRun {
-  std::unique_ptr<DistGroup> shares_group, replicas_group;
+  ReplicaGroups groups;  ///< this replica's shares; this share's replicas
   std::unique_ptr<TensorParallelGroup> tp;
   std::unique_ptr<GradientSync> replicas_sync;  ///< null with one replica
   int64_t local_parameters = 0, whole_parameters = 0;
@@ -88,7 +101,7 @@ TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model
 /// saturate::Error for a model that cannot be split, more stages than layers, or no split
 /// within `memory_limit_bytes` (0: none).
 struct PipelineRun {
-  std::unique_ptr<DistGroup> stages_group, replicas_group;  ///< this replica's stages; this stage's replicas
+  ReplicaGroups groups;  ///< this replica's stages; this stage's replicas
   std::unique_ptr<Model> stage;
   std::unique_ptr<StagedStep> step;
   int64_t micro_batches = 1;

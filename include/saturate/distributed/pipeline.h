@@ -71,6 +71,12 @@ struct StageSplit {
 StageSplit split_layers_balanced(const std::vector<LayerCost>& layers, int stages,
                                  int64_t memory_limit_bytes, double param_scale);
 
+/// The share of a step a balanced pipeline of `stages` idles for with `micro_batches` per step:
+/// (S − 1)/(M + S − 1), GPipe's and 1F1B's alike.
+inline double pipeline_bubble(int64_t stages, int64_t micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
 struct PipelineOptions {
   int64_t micro_batches = 1;  ///< M ≥ 1, at most the batch size
   PipelineSchedule schedule = PipelineSchedule::kGPipe;

@@ -125,6 +125,11 @@ inline constexpr int64_t kTargetLossSteps = 20;
 /// val_accuracy, val_loss and loss.
 void check_target_metric(const std::string& metric);
 
+/// What a split model's step (a pipeline's stages, a tensor-parallel model's shares) cannot be
+/// combined with yet in `options`, as the setting that asks for it; nullptr: nothing. One list
+/// for Trainer::set_staged_step and for the command line, which refuses before ranks start.
+const char* staged_step_conflict(const TrainOptions& options);
+
 class Trainer {
  public:
   /// Moves the model to `device`, applies recompute segments and builds the optimizer. `model`

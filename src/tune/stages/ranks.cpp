@@ -26,6 +26,9 @@ struct Candidate {
   double median() const { return job_samples_per_s.empty() ? 0.0 : saturate::median(job_samples_per_s); }
   double noise() const { return relative_standard_error(job_samples_per_s); }
   bool usable() const { return failed.empty() && !over_memory && !job_samples_per_s.empty(); }
+  // What is held to the memory limit: data-parallel ranks share the host's memory, a
+  // pipeline's stages each hold their own part of the model under their own limit.
+  int64_t limited_bytes() const { return peak_memory_bytes * (pipeline ? 1 : ranks); }
   std::string describe() const {
     return std::to_string(ranks) + (pipeline ? " pipeline stages" : ranks == 1 ? " rank" : " ranks") +
            " × " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
@@ -136,7 +139,7 @@ std::string measured_text(const std::vector<Candidate>& candidates, int64_t glob
     } else {
       s += format_fixed(c.median(), 1);
       if (c.over_memory)
-        s += " (needs " + format_bytes(c.peak_memory_bytes * (c.pipeline ? 1 : c.ranks)) +
+        s += " (needs " + format_bytes(c.limited_bytes()) +
              (c.pipeline ? " a stage" : "") + ": over the memory limit)";
     }
     const int64_t g = c.config.global_batch();
@@ -180,10 +183,7 @@ RoundsEnd run_rounds(Plan& plan, std::vector<Candidate>& candidates, const Ranks
       }
       c.job_samples_per_s.push_back(out.job_samples_per_s);
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, out.peak_memory_bytes);
-      // Data-parallel ranks share the host's memory; a pipeline's stages each hold their own
-      // part of the model, under their own limit.
-      c.over_memory = memory_target > 0 &&
-                      c.peak_memory_bytes * (c.pipeline ? 1 : c.ranks) > memory_target;
+      c.over_memory = memory_target > 0 && c.limited_bytes() > memory_target;
     }
   }
   return end;
