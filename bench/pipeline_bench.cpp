@@ -23,6 +23,7 @@
 #include "saturate/distributed/pipeline.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
+#include "saturate/models/sequential.h"
 
 namespace {
 
@@ -34,32 +35,14 @@ double median(std::vector<double> v) {
 }
 
 // `blocks` identical Linear(width, width)–tanh layers, the last one's output read as logits.
-class Blocks final : public Model {
- public:
-  Blocks(int64_t blocks, int64_t width) {
-    for (int64_t i = 0; i < blocks; ++i) {  // two layers a block: stages split between blocks
-      net_->push_back(std::to_string(2 * i), torch::nn::Linear(width, width));
-      net_->push_back(std::to_string(2 * i + 1), torch::nn::Tanh());
-    }
+std::unique_ptr<Model> make_blocks(int64_t blocks, int64_t width) {
+  torch::nn::Sequential net;
+  for (int64_t i = 0; i < blocks; ++i) {  // two layers a block: stages split between blocks
+    net->push_back(std::to_string(2 * i), torch::nn::Linear(width, width));
+    net->push_back(std::to_string(2 * i + 1), torch::nn::Tanh());
   }
-  explicit Blocks(torch::nn::Sequential net) : net_(std::move(net)) {}
-  std::string name() const override { return "blocks"; }
-  at::Tensor forward(const at::Tensor& x) override { return net_->forward(x); }
-  std::vector<at::Tensor> parameters() override { return net_->parameters(); }
-  std::vector<at::Tensor> state_tensors() override { return net_->parameters(); }
-  void train(bool on) override { net_->train(on); }
-  bool is_training() const override { return net_->is_training(); }
-  void to(const c10::Device& d) override { net_->to(d); }
-  int64_t pipeline_layers() const override { return static_cast<int64_t>(net_->size()); }
-  std::unique_ptr<Model> pipeline_stage(int64_t begin, int64_t end) override {
-    torch::nn::Sequential part;
-    for (int64_t i = begin; i < end; ++i) part->push_back(std::to_string(i), *(net_->begin() + i));
-    return std::make_unique<Blocks>(part);
-  }
-
- private:
-  torch::nn::Sequential net_;
-};
+  return make_sequential_model("blocks", net);
+}
 
 struct Args {
   std::vector<int64_t> micro = {1, 2, 4, 8};
@@ -87,9 +70,9 @@ Args parse(int argc, char** argv) {
 std::vector<double> run(DistGroup& g, const Args& a, int64_t micro, PipelineSchedule schedule,
                         DeviceMemory& memory) {
   torch::manual_seed(1);
-  Blocks model(a.blocks, a.width);
-  const auto spans = split_layers_evenly(model.pipeline_layers(), g.world_size());
-  auto stage = model.pipeline_stage(spans[g.rank()].first, spans[g.rank()].second);
+  const auto model = make_blocks(a.blocks, a.width);
+  const auto spans = split_layers_evenly(model->pipeline_layers(), g.world_size());
+  auto stage = model->pipeline_stage(spans[g.rank()].first, spans[g.rank()].second);
   torch::optim::SGD sgd(stage->parameters(), torch::optim::SGDOptions(1e-3));
   PipelineStage pipe(g, *stage, {micro, schedule});
   const at::Tensor x = torch::randn({a.batch, a.width});

@@ -7,6 +7,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/models/recompute.h"
+#include "saturate/models/sequential.h"
 
 namespace saturate::detail {
 namespace nn = torch::nn;
@@ -127,3 +128,12 @@ std::unique_ptr<Model> make_mlp_deep(const ModelInputs& in) {
 }
 
 }  // namespace saturate::detail
+
+namespace saturate {
+
+std::unique_ptr<Model> make_sequential_model(const std::string& name, torch::nn::Sequential net,
+                                             int64_t forward_flops_per_sample) {
+  return std::make_unique<detail::SequentialModel>(name, std::move(net), forward_flops_per_sample);
+}
+
+}  // namespace saturate

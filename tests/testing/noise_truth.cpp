@@ -6,37 +6,19 @@
 
 #include <torch/torch.h>
 
+#include "saturate/models/sequential.h"
 #include "saturate/train/trainer.h"
 #include "testing/pattern_dataset.h"
 #include "testing/sgd_steps.h"
 
 namespace saturate::testing {
-namespace {
-
-class LinearModel final : public Model {
- public:
-  explicit LinearModel(const ModelInputs& in) {
-    int64_t features = 1;
-    for (int64_t d : in.sample_shape) features *= d;
-    net_ = torch::nn::Sequential(torch::nn::Flatten(),
-                                 torch::nn::Linear(features, in.num_classes));
-  }
-  std::string name() const override { return "linear"; }
-  at::Tensor forward(const at::Tensor& x) override { return net_->forward(x); }
-  std::vector<at::Tensor> parameters() override { return net_->parameters(); }
-  std::vector<at::Tensor> state_tensors() override { return net_->parameters(); }
-  void train(bool on) override { net_->train(on); }
-  bool is_training() const override { return net_->is_training(); }
-  void to(const c10::Device& d) override { net_->to(d); }
-
- private:
-  torch::nn::Sequential net_{nullptr};
-};
-
-}  // namespace
 
 std::unique_ptr<Model> make_linear_model(const ModelInputs& in) {
-  return std::make_unique<LinearModel>(in);
+  int64_t features = 1;
+  for (int64_t d : in.sample_shape) features *= d;
+  return make_sequential_model(
+      "linear", torch::nn::Sequential(torch::nn::Flatten(),
+                                      torch::nn::Linear(features, in.num_classes)));
 }
 
 NoiseTruth exact_noise(Model& model, const TensorDataset& data, double mean, double std) {
