@@ -83,6 +83,10 @@ void add_results(const TrainReport& r, json& j) {
   if (!r.options.target_metric.empty()) j["target"] = target_to_json(r.options, s);
   j["gns"] = noise_scale_to_json(s.noise);
   if (s.noise_precond.steps > 0) j["gns"]["preconditioned"] = noise_scale_to_json(s.noise_precond);
+  if (s.noise.steps > 0) {
+    j["gns"]["measured_steps"] = s.noise_measured_steps;
+    j["gns"]["cost_share"] = s.noise_cost_share;
+  }
   if (r.options.adaptive_batch) {
     json changes = json::array();
     for (const BatchChange& c : s.batch_changes)
@@ -97,6 +101,21 @@ void add_results(const TrainReport& r, json& j) {
                          {"why", c.why}});
     j["adaptive_batch"] = {{"changes", changes}};
   }
+}
+
+// The gradient noise scale, and how thinly the budget let the run measure it.
+void noise_rows(const TrainReport& r,
+                const std::function<void(const std::string&, const std::string&)>& row) {
+  const TrainSummary& s = r.summary;
+  if (s.noise.steps == 0) return;
+  std::string cost;
+  if (s.noise_measured_steps > 0 && s.noise_measured_steps < s.steps)
+    cost = "; measured on " + std::to_string(s.noise_measured_steps) + " of " +
+           count_of(s.steps, "step") + ", within " +
+           format_fixed(100 * r.options.noise_scale_budget, 1) + "% of the step time";
+  row("noise scale", describe_noise_scale(s.noise) + cost);
+  if (s.noise_precond.steps > 0)
+    row("noise (Adam)", describe_noise_scale(s.noise_precond) + ", preconditioned as AdamW steps");
 }
 
 // Validation and test results; a language model's loss is per token, with its perplexity.
@@ -293,11 +312,7 @@ void write_train_table(std::ostream& out, const TrainReport& r) {
                                                  : count_of(s.final_loss_steps, "step")) +
                         ")");
   evaluation_rows(r, row);
-  if (s.noise.steps > 0) {
-    row("noise scale", describe_noise_scale(s.noise));
-    if (s.noise_precond.steps > 0)
-      row("noise (Adam)", describe_noise_scale(s.noise_precond) + ", preconditioned as AdamW steps");
-  }
+  noise_rows(r, row);
   if (o.adaptive_batch) {
     std::string changes;
     for (const BatchChange& c : s.batch_changes)

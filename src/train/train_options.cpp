@@ -67,6 +67,9 @@ void TrainOptions::validate() const {
                  "train: precision must be resolved (resolve_precision) before training");
   SATURATE_CHECK(recompute_segments >= 0, "train: --recompute-segments must not be negative, got ",
                  recompute_segments);
+  SATURATE_CHECK(std::isfinite(noise_scale_budget) && noise_scale_budget > 0,
+                 "train: --noise-scale-budget must be a share above 0, got ",
+                 noise_scale_budget);
   scaler.validate();
   SATURATE_CHECK(max_skipped_steps >= 1, "train: --max-skipped-steps must be at least 1, got ",
                  max_skipped_steps);

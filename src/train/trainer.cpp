@@ -175,26 +175,50 @@ at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_
   return total;
 }
 
-// Σ|g ⊙ w|² over the parameters' gradients (w: `weights`, aligned with `params`, or none), a 0-d
-// double tensor on their device; undefined when no parameter has a gradient.
-at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params,
-                               const std::vector<at::Tensor>& weights) {
+// The elements of a dense tensor as one 1-D view in memory order (a copy only when the tensor
+// has gaps or overlaps): a sum of squares does not care about the order.
+at::Tensor flat_in_memory_order(const at::Tensor& t) {
+  if (t.is_contiguous()) return t.view(-1);
+  if (t.is_non_overlapping_and_dense()) return t.as_strided({t.numel()}, {1}, t.storage_offset());
+  return t.reshape(-1);
+}
+
+// Each tensor's squared L2 norm, as a 1-D tensor on their device. On a CPU one BLAS dot per
+// tensor, about a third of what _foreach_norm takes there; elsewhere one fused _foreach_norm.
+at::Tensor squared_norms(const std::vector<at::Tensor>& ts) {
+  const auto dtype = ts.front().scalar_type();
+  if (ts.front().is_cpu() && (dtype == at::kFloat || dtype == at::kDouble)) {
+    std::vector<at::Tensor> sq;
+    sq.reserve(ts.size());
+    for (const at::Tensor& t : ts) {
+      const at::Tensor flat = flat_in_memory_order(t);
+      sq.push_back(at::dot(flat, flat));
+    }
+    return at::stack(sq);
+  }
+  return at::stack(at::_foreach_norm(ts, 2)).square();
+}
+
+// The squared L2 norm of each parameter's gradient (times `weights` elementwise, aligned with
+// `params`, where given) as a 1-D tensor on their device; undefined when no parameter has a
+// gradient.
+at::Tensor squared_grad_norms(const std::vector<at::Tensor>& params,
+                              const std::vector<at::Tensor>* weights) {
   std::vector<at::Tensor> grads, w;
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].grad().defined()) continue;
     grads.push_back(params[i].grad());
-    if (!weights.empty()) w.push_back(weights[i]);
+    if (weights != nullptr) w.push_back((*weights)[i]);
   }
   if (grads.empty()) return at::Tensor();
-  const std::vector<at::Tensor> norms =
-      w.empty() ? at::_foreach_norm(grads, 2) : at::_foreach_norm(at::_foreach_mul(grads, w), 2);
-  return at::stack(norms).to(at::kDouble).square().sum();
+  return squared_norms(w.empty() ? grads : at::_foreach_mul(grads, w));
 }
 
-// Adam's preconditioner of each parameter, 1/(sqrt(v / (1 - beta2^t)) + eps), from the
-// optimizer's second moments: the preconditioned noise scale measures the gradients the update
-// actually follows. Empty for SGD, and before AdamW's 5th step (the moments are still young: the
-// identity then, as AdaptDL does).
+// Adam's update divides each gradient by sqrt(v / (1 - beta2^t)) + eps, from the optimizer's
+// second moments: the preconditioned noise scale measures the gradients the update actually
+// follows. The reciprocals of these denominators, computed as AdamW computes them (sqrt(v) /
+// sqrt(1 - beta2^t) + eps); empty for SGD, and before AdamW's 5th step (the moments are still
+// young: the identity then, as AdaptDL does).
 std::vector<at::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
                                             const std::vector<at::Tensor>& params) {
   if (dynamic_cast<torch::optim::AdamW*>(&optimizer) == nullptr) return {};
@@ -211,12 +235,49 @@ std::vector<at::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
     step = s.step();
   }
   if (step < 5) return {};
-  std::vector<at::Tensor> w = at::_foreach_div(second, 1.0 - std::pow(beta2, step));
-  at::_foreach_sqrt_(w);
+  std::vector<at::Tensor> w = at::_foreach_sqrt(second);
+  at::_foreach_mul_(w, 1.0 / std::sqrt(1.0 - std::pow(beta2, step)));
   at::_foreach_add_(w, o.eps());
   at::_foreach_reciprocal_(w);
   return w;
 }
+
+// The sum of a tensor's elements, read on the host (0 for an undefined one): the step's noise
+// norms, added up when its record is read rather than by more small ops in the step.
+double host_sum(const at::Tensor& t) {
+  if (!t.defined()) return 0;
+  at::Tensor h = t.is_cpu() ? t : t.to(at::kCPU);
+  if (h.scalar_type() != at::kFloat && h.scalar_type() != at::kDouble) h = h.to(at::kDouble);
+  h = h.contiguous();
+  double sum = 0;
+  if (h.scalar_type() == at::kFloat) {
+    const float* v = h.data_ptr<float>();
+    for (int64_t i = 0; i < h.numel(); ++i) sum += v[i];
+  } else {
+    const double* v = h.data_ptr<double>();
+    for (int64_t i = 0; i < h.numel(); ++i) sum += v[i];
+  }
+  return sum;
+}
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Adds the host time of a scope to `us` (what measuring the noise scale spent).
+class SpentUs {
+ public:
+  explicit SpentUs(double& us) : us_(us), start_(steady_now_ns()) {}
+  ~SpentUs() { us_ += static_cast<double>(steady_now_ns() - start_) / 1e3; }
+  SpentUs(const SpentUs&) = delete;
+  SpentUs& operator=(const SpentUs&) = delete;
+
+ private:
+  double& us_;
+  int64_t start_;
+};
 
 }  // namespace
 
@@ -290,8 +351,7 @@ at::Tensor Trainer::staged_train_step(const at::Tensor& x, const at::Tensor& y, 
   }
   last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, staged_, device_);
   optimizer.step();
-  last_noise_ = at::Tensor();
-  last_noise_b_small_ = last_noise_b_big_ = 0;
+  last_noise_ = NoiseNorms();
   if (timer) timer->mark(Phase::kOptimizer);
   return loss;
 }
@@ -306,15 +366,7 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   const int64_t accumulate = step_accumulate_ > 0 ? step_accumulate_ : options_.accumulate;
   const int64_t micro = (batch + accumulate - 1) / accumulate;
   const int world = sync_ ? sync_->world_size() : 1;
-  NoiseProbe noise;
-  noise.on = options_.noise_scale && (micro < batch || world > 1);
-  // The preconditioned norms cost a pass over the optimizer's state: every few steps only (the
-  // estimate averages steps, so fewer of them still leave it unbiased).
-  if (noise.on && noise_steps_++ % kPrecondEvery == 0 &&
-      options_.optimizer == OptimizerKind::kAdamW) {
-    noise.precond = adam_preconditioner(optimizer, state_->params);
-    noise.precond_identity = noise.precond.empty();  // AdamW's moments are still too young
-  }
+  NoiseProbe noise = begin_noise_probe(batch, micro, world);
   optimizer.zero_grad(/*set_to_none=*/true);
   at::Tensor loss_sum = torch::zeros({}, x.options().dtype(at::kFloat));
   for (int64_t begin = 0; begin < batch; begin += micro) {
@@ -364,44 +416,83 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   return loss_sum;
 }
 
+// Whether the step measures the noise scale, and under AdamW, on every few measured steps, the
+// preconditioner its norms are taken with.
+Trainer::NoiseProbe Trainer::begin_noise_probe(int64_t batch, int64_t micro, int world) {
+  NoiseProbe noise;
+  noise.on = options_.noise_scale && (micro < batch || world > 1) && noise_due(world);
+  // The preconditioned norms cost two passes over the gradients: every few measured steps only
+  // (the estimate averages steps, so fewer of them still leave it unbiased).
+  if (noise.on && noise_steps_++ % kPrecondEvery == 0 &&
+      options_.optimizer == OptimizerKind::kAdamW) {
+    SpentUs spent(noise.spent_us);
+    if (precond_.empty() || precond_uses_++ % kPrecondReuse == 0) {
+      precond_ = adam_preconditioner(*state_->optimizer, state_->params);
+      precond_uses_ = precond_.empty() ? 0 : 1;  // AdamW's moments are still too young
+    }
+    noise.precond = precond_.empty() ? nullptr : &precond_;
+    noise.norms.precond_identity = precond_.empty();
+  }
+  return noise;
+}
+
+// Whether this step measures the noise scale within TrainOptions::noise_scale_budget: the time
+// since the last step earns its share as credit (at most one step's worth is banked, so a pause
+// such as an evaluation does not buy a run of measured steps), and measuring spends it.
+bool Trainer::noise_due(int world) {
+  const int64_t now = steady_now_ns();
+  const double budget = options_.noise_scale_budget;
+  if (last_step_start_ns_) {
+    const double step_us = static_cast<double>(now - *last_step_start_ns_) / 1e3;
+    noise_steps_us_ += step_us;
+    noise_credit_us_ = std::min(noise_credit_us_ + budget * step_us, budget * step_us);
+  }
+  last_step_start_ns_ = now;
+  // Data parallel without accumulation: the small batch is the ranks' all-reduced local norms,
+  // a collective every rank makes at every step.
+  const bool collective = world > 1 && options_.accumulate == 1;
+  const bool forced = noise_forced_;
+  noise_forced_ = false;
+  return budget >= 1 || collective || forced || noise_credit_us_ >= 0;
+}
+
 // The first micro-batch's mean gradient is the accumulated one times batch / its size.
 void Trainer::measure_first_micro_batch(NoiseProbe& noise, int64_t batch, int64_t end) {
+  SpentUs spent(noise.spent_us);
   const double f = static_cast<double>(batch) / static_cast<double>(end);
-  noise.small = grad_sum_of_squares(state_->params, {}) * (f * f);
-  if (!noise.precond.empty())
-    noise.small_precond = grad_sum_of_squares(state_->params, noise.precond) * (f * f);
-  noise.b_small = static_cast<double>(end);
+  noise.norms.small = squared_grad_norms(state_->params, nullptr);
+  noise.norms.small_scale = f * f;
+  if (noise.precond != nullptr)
+    noise.norms.small_precond = squared_grad_norms(state_->params, noise.precond);
+  noise.norms.b_small = static_cast<double>(end);
 }
 
 // After unscaling and before clipping: the whole step's (all ranks') gradient, and under data
 // parallel without accumulation, this rank's own one as the small batch.
 void Trainer::measure_whole_step(NoiseProbe& noise, int64_t batch, int64_t micro, int world) {
+  SpentUs spent(noise.spent_us);
   at::Tensor local = sync_ ? sync_->take_local_grad_sqr() : at::Tensor();
-  noise.b_big = static_cast<double>(batch) * world;
-  if (!noise.small.defined() && world > 1 && micro == batch && local.defined()) {
-    noise.small = local;
-    noise.b_small = static_cast<double>(batch);
+  NoiseNorms& n = noise.norms;
+  n.b_big = static_cast<double>(batch) * world;
+  if (!n.small.defined() && world > 1 && micro == batch && local.defined()) {
+    n.small = local;
+    n.b_small = static_cast<double>(batch);
   }
-  if (!noise.precond.empty() && noise.small_precond.defined())
-    noise.big_precond = grad_sum_of_squares(state_->params, noise.precond);
+  if (noise.precond != nullptr && n.small_precond.defined())
+    n.big_precond = squared_grad_norms(state_->params, noise.precond);
 }
 
-at::Tensor Trainer::finish_noise_probe(const NoiseProbe& noise, const at::Tensor& grad_norm,
-                                       double scale_used) {
-  last_noise_b_small_ = noise.b_small;
-  last_noise_b_big_ = noise.b_big;
-  if (!noise.on || !noise.small.defined() || !grad_norm.defined()) return at::Tensor();
+// The step's norms for its record; what measuring took is spent from the budget.
+Trainer::NoiseNorms Trainer::finish_noise_probe(NoiseProbe& noise, const at::Tensor& grad_norm,
+                                                double scale_used) {
+  noise_credit_us_ -= noise.spent_us;
+  noise_spent_us_ += noise.spent_us;
+  if (!noise.on || !noise.norms.small.defined() || !grad_norm.defined()) return NoiseNorms();
+  ++noise_measured_;
   // The small batch's norms were taken on scaled gradients (fp16; 1 otherwise).
-  const double unscale = 1.0 / (scale_used * scale_used);
-  std::vector<at::Tensor> parts = {noise.small * unscale, grad_norm.to(at::kDouble).square()};
-  if (noise.big_precond.defined()) {
-    parts.push_back(noise.small_precond * unscale);
-    parts.push_back(noise.big_precond);
-  } else if (noise.precond_identity) {
-    parts.push_back(parts[0]);
-    parts.push_back(parts[1]);
-  }
-  return at::stack(parts);
+  noise.norms.small_scale /= scale_used * scale_used;
+  noise.norms.big_norm = grad_norm;
+  return std::move(noise.norms);
 }
 
 TrainSummary Trainer::fit(const DatasetSplits& data, TelemetrySink* sink,
@@ -437,8 +528,7 @@ class Trainer::FitLoop {
     at::Tensor grad_norm;  // undefined when no gradient was made
     int64_t ticket;
     double comm_ms;  // the part of the backward phase that waited for communication
-    at::Tensor noise;  // Trainer::last_noise_ of the step
-    double b_small, b_big;
+    NoiseNorms noise;  // Trainer::last_noise_ of the step
   };
   static constexpr size_t kMaxInFlight = 3;
   // Under data parallel the ranks agree this often on stopping, checkpoints and divergence.
@@ -579,6 +669,11 @@ void Trainer::FitLoop::begin() {
   run_.segment_starts.push_back(static_cast<int64_t>(run_.records.size()));
   run_.records.reserve(static_cast<size_t>(total_));
   if (sink_) sink_->on_begin(total_);
+  // The noise scale's budget counts this run's steps only.
+  t_.last_step_start_ns_.reset();
+  t_.noise_credit_us_ = t_.noise_spent_us_ = t_.noise_steps_us_ = 0;
+  t_.noise_measured_ = 0;
+  t_.precond_.clear();
   // A validation target needs evaluations to be seen: every 2% of the run unless asked.
   const TrainOptions& o = t_.options_;
   eval_every_ = o.eval_every;
@@ -695,7 +790,11 @@ void Trainer::FitLoop::take_step(int64_t step) {
   r.lr = lr_at(position, total_, t_.options_.lr, warmup_, t_.options_.schedule) *
          run_.adaptive_lr_multiplier;
   set_lr(*st_.optimizer, r.lr);
-  if (adaptive_) t_.step_accumulate_ = step_accumulate(step, batch.size);
+  if (adaptive_) {
+    t_.step_accumulate_ = step_accumulate(step, batch.size);
+    // A step split in two only to measure the noise scale is measured whatever the budget.
+    t_.noise_forced_ = t_.step_accumulate_ > (batch.size + max_micro_ - 1) / max_micro_;
+  }
   const bool agree_on_oom = t_.options_.agree_on_oom && agree_;
   std::string oom;  // this rank's out-of-memory message, when agree_on_oom
   at::Tensor loss = train_step_or_oom(x, y, r, step, oom);
@@ -706,8 +805,8 @@ void Trainer::FitLoop::take_step(int64_t step) {
   if (faults_before >= 0 && faults_after >= 0) r.page_faults = faults_after - faults_before;
   // Allocations happen at enqueue time, so the peak is known now even on CUDA.
   if (t_.memory_) r.peak_memory_bytes = t_.memory_->snapshot().peak_memory_bytes;
-  in_flight_.push_back(InFlight{r, std::move(loss), t_.last_grad_norm_, ticket, r.communication_ms,
-                                t_.last_noise_, t_.last_noise_b_small_, t_.last_noise_b_big_});
+  in_flight_.push_back(
+      InFlight{r, std::move(loss), t_.last_grad_norm_, ticket, r.communication_ms, t_.last_noise_});
   run_.step = step + 1;
   while (!in_flight_.empty() &&
          (in_flight_.size() > kMaxInFlight || timer_.ready(in_flight_.front().ticket))) {
@@ -884,7 +983,15 @@ void Trainer::FitLoop::complete_front() {
   f.record.communication_ms += comm;
   f.record.loss = f.loss.item<double>();
   if (f.grad_norm.defined()) f.record.grad_norm = f.grad_norm.item<double>();
-  if (f.noise.defined()) read_noise(f);
+  if (f.noise.small.defined()) {
+    double us = 0;
+    {
+      SpentUs spent(us);
+      read_noise(f);
+    }
+    t_.noise_credit_us_ -= us;
+    t_.noise_spent_us_ += us;
+  }
   std::vector<StepRecord>& records = run_.records;
   records.push_back(f.record);
   in_flight_.pop_front();
@@ -895,21 +1002,28 @@ void Trainer::FitLoop::complete_front() {
 // The step's noise-scale norms: its unbiased |G|² and tr(Σ), and φ smoothed so far; every few
 // steps under AdamW the preconditioned ones too (before its 5th step the raw ones stand in).
 void Trainer::FitLoop::read_noise(InFlight& f) {
-  const at::Tensor host = f.noise.to(at::kCPU);
-  const double* v = host.data_ptr<double>();
+  const NoiseNorms& n = f.noise;
+  // small, big, small preconditioned, big preconditioned
+  std::array<double, 4> sqr = {n.small_scale * host_sum(n.small), 0,
+                               n.small_scale * host_sum(n.small_precond),
+                               host_sum(n.big_precond)};
+  sqr[1] = host_sum(n.big_norm);
+  sqr[1] *= sqr[1];
   StepRecord& r = f.record;
-  if (auto s = noise_sample({v[0], v[1], f.b_small, f.b_big})) {
+  if (auto s = noise_sample({sqr[0], sqr[1], n.b_small, n.b_big})) {
     r.noise_grad_sqr = s->grad_sqr;
     r.noise_trace = s->trace;
   }
-  if (host.numel() == 4) {
-    if (auto s = noise_sample({v[2], v[3], f.b_small, f.b_big})) {
+  const bool precond = n.big_precond.defined() || n.precond_identity;
+  const size_t p = n.big_precond.defined() ? 2 : 0;
+  if (precond) {
+    if (auto s = noise_sample({sqr[p], sqr[p + 1], n.b_small, n.b_big})) {
       r.noise_grad_sqr_precond = s->grad_sqr;
       r.noise_trace_precond = s->trace;
     }
   }
-  r.gns_b_small = f.b_small;
-  r.gns_b_big = f.b_big;
+  r.gns_b_small = n.b_small;
+  r.gns_b_big = n.b_big;
   add_noise(r);
   r.gns = noise_.smoothed();
   r.gns_precond = noise_precond_.smoothed();
@@ -1049,6 +1163,9 @@ void Trainer::FitLoop::summarize_records() {
   summary_.loss_scale = st_.scaler->is_enabled() ? st_.scaler->get_scale() : 1.0;
   summary_.noise = noise_.estimate();
   summary_.noise_precond = noise_precond_.estimate();
+  summary_.noise_measured_steps = t_.noise_measured_;
+  summary_.noise_cost_share =
+      t_.noise_steps_us_ > 0 ? t_.noise_spent_us_ / t_.noise_steps_us_ : 0.0;
   // Epochs in the source's batches: a streamed or held-out-reduced split is not `data.train`.
   summary_.epochs = static_cast<double>(adaptive_ ? consumed() : records.size()) /
                     static_cast<double>(batches_.batches_per_epoch());

@@ -333,6 +333,10 @@ void noise_scale(DistGroup& g) {
     o.momentum = 0;
     o.weight_decay = 0;
     o.accumulate = accumulate;
+    // Without accumulation the pair is a collective, measured at every step whatever the
+    // budget; with it each rank would thin its own steps to the budget: every step here, for
+    // the estimate's precision.
+    if (accumulate > 1) o.noise_scale_budget = 1;
     std::unique_ptr<GradientSync> sync = make_data_parallel(g, DataParallelOptions());
     LoaderOptions lo;
     lo.batch_size = o.batch_size;
@@ -343,7 +347,10 @@ void noise_scale(DistGroup& g) {
     lo.transform.std = data.normalize_std;
     Loader loader(*source, lo);
     Trainer trainer(*model, o, c10::Device(c10::kCPU), nullptr, sync.get());
-    const NoiseScaleEstimate e = trainer.fit(loader, data).noise;
+    const TrainSummary summary = trainer.fit(loader, data);
+    const NoiseScaleEstimate& e = summary.noise;
+    EXPECT_OR_FAIL(summary.noise_measured_steps == 800, "accumulate ", accumulate, ": measured ",
+                   summary.noise_measured_steps, " of 800 steps");
     const double want_small = accumulate == 1 ? 128 : 64;
     EXPECT_OR_FAIL(e.b_small == want_small && e.b_big == 128.0 * g.world_size(),
                    "accumulate ", accumulate, ": the pair is ", e.b_small, " vs ", e.b_big);

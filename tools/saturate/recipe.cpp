@@ -97,6 +97,11 @@ void add_step_flags(CLI::App& app, RecipeFlags& f, RecipeUse use) {
   app.add_flag("--no-noise-scale", f.no_noise_scale,
                "do not measure the gradient noise scale (measured by default wherever a step has "
                "two gradients at the same weights: --accumulate > 1 or data parallel)");
+  app.add_option("--noise-scale-budget", t.noise_scale_budget,
+                 "share of the step time measuring the noise scale may take on average: where "
+                 "one measurement costs more (tiny steps), fewer steps are measured; 1 measures "
+                 "every step")
+      ->capture_default_str();
 }
 
 // The input pipeline, the validation split, and data parallelism.

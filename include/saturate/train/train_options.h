@@ -82,6 +82,14 @@ struct TrainOptions {
   /// after fp16 unscaling and before clipping; one squared-norm reduction per step (two more
   /// under AdamW, for the preconditioned value). false: not measured.
   bool noise_scale = true;
+  /// The share of the run's step time measuring the noise scale may take on average. Where one
+  /// measurement costs more than this share of a step (tiny steps, many parameters), only some
+  /// steps are measured: each step earns this share of its time as credit, each measurement
+  /// spends its host time, and a step is measured while the credit is not negative. The
+  /// estimate averages steps, so thinning them widens its interval but does not bias it. Data
+  /// parallel without accumulation measures every step (its small batch is a collective).
+  /// >= 1: every step.
+  double noise_scale_budget = 0.01;
   /// --adaptive-batch (train/adaptive_batch.h): every kAdaptEvery steps the batch may double,
   /// by taking two batches of the data source per step, when the noise scale says the
   /// doubled batch (at its measured samples/s in `adaptive_curve`) reaches a target sooner;

@@ -8,6 +8,7 @@
 //   Trainer trainer(*model, opts, c10::Device("cpu"));
 //   TrainSummary s = trainer.fit(splits, &progress);
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -114,6 +115,10 @@ struct TrainSummary {
   /// TrainOptions::noise_scale off).
   NoiseScaleEstimate noise;
   NoiseScaleEstimate noise_precond;
+  /// Steps whose noise scale was measured (TrainOptions::noise_scale_budget may thin them), and
+  /// the share of the steps' wall time measuring took (host time).
+  int64_t noise_measured_steps = 0;
+  double noise_cost_share = 0;
   /// --adaptive-batch: each change of batch, in order (empty: it never grew).
   std::vector<BatchChange> batch_changes;
 };
@@ -205,23 +210,43 @@ class Trainer {
   // make in the rest of the step, with zero gradients.
   void stand_in_for_step(int64_t begin, int64_t batch, int64_t micro);
   at::Tensor last_grad_norm_;  // of the last train_step, read with its record
-  // The squared gradient norms one step measures the noise scale from (noise_scale.h).
-  struct NoiseProbe {
-    bool on = false;
-    std::vector<at::Tensor> precond;  // Adam's preconditioner; empty: none
-    bool precond_identity = false;    // AdamW before its 5th step: the raw norms stand in
-    at::Tensor small, small_precond, big_precond;  // 0-d doubles on the device
+  // The gradient norms one step measures the noise scale from (noise_scale.h), left on the
+  // device as each parameter's squared L2 norm: the host sums them when it reads the record, so
+  // that measuring adds few small ops to a step. Parts: the small batch's gradient, the whole
+  // step's (its global norm, squared on the host), and every few measured steps under AdamW
+  // the same preconditioned.
+  struct NoiseNorms {
+    at::Tensor small, big_norm, small_precond, big_precond;  // undefined: not measured
+    double small_scale = 1;  // the small batch's sum × this: (batch / micro-batch)² / fp16 scale²
+    bool precond_identity = false;  // AdamW before its 5th step: the raw norms stand in
     double b_small = 0, b_big = 0;
   };
+  struct NoiseProbe {
+    bool on = false;
+    const std::vector<at::Tensor>* precond = nullptr;  // Adam's 1/(sqrt(v̂) + eps); null: none
+    NoiseNorms norms;
+    double spent_us = 0;  // host time measuring took in this step
+  };
+  NoiseProbe begin_noise_probe(int64_t batch, int64_t micro, int world);
   void measure_first_micro_batch(NoiseProbe& noise, int64_t batch, int64_t end);
   void measure_whole_step(NoiseProbe& noise, int64_t batch, int64_t micro, int world);
-  at::Tensor finish_noise_probe(const NoiseProbe& noise, const at::Tensor& grad_norm,
+  NoiseNorms finish_noise_probe(NoiseProbe& noise, const at::Tensor& grad_norm,
                                 double scale_used);
-  // Of the last train_step, read with its record: [small, big(, small, big preconditioned)]
-  // squared norms (undefined: not measured) and the batch sizes they averaged.
-  at::Tensor last_noise_;
-  double last_noise_b_small_ = 0, last_noise_b_big_ = 0;
-  static constexpr int64_t kPrecondEvery = 4;  // AdamW's preconditioned norms, every 4th step
+  // Adam's preconditioner, kept for a few of the steps that use it: the second moments move
+  // slowly (β2 near 1), and φ does not change when the preconditioner is scaled.
+  std::vector<at::Tensor> precond_;
+  int64_t precond_uses_ = 0;
+  NoiseNorms last_noise_;  // of the last train_step, read with its record
+  // TrainOptions::noise_scale_budget: the credit (µs) the steps' time earns and measuring spends,
+  // and the totals the summary reports.
+  bool noise_due(int world);
+  std::optional<int64_t> last_step_start_ns_;
+  double noise_credit_us_ = 0;
+  double noise_spent_us_ = 0, noise_steps_us_ = 0;
+  int64_t noise_measured_ = 0;
+  bool noise_forced_ = false;  // --adaptive-batch split this step in two to measure it
+  static constexpr int64_t kPrecondEvery = 4;  // AdamW's preconditioned norms: every 4th measured step
+  static constexpr int64_t kPrecondReuse = 4;  // the same preconditioner for 4 of those
   int64_t noise_steps_ = 0;
   // Micro-batches of the next train_step when set (> 0): --adaptive-batch's grown steps.
   int64_t step_accumulate_ = 0;

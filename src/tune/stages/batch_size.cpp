@@ -45,6 +45,7 @@ NoiseScaleEstimate probe_noise(TuneState& s, std::string& kind) {
   c.train.batch_size = 4 * b0;
   c.train.accumulate = 4 * s.current.train.accumulate;
   c.train.noise_scale = true;
+  c.train.noise_scale_budget = 1;  // measuring is this run's purpose: every step
   // Within a budget, the probe takes at most a quarter of what is left of the stages' share,
   // at the user's measured samples/s; too few steps to resolve anything, and it is not run.
   int64_t steps = s.o.noise_probe_steps;

@@ -165,6 +165,7 @@ TEST(AdaptiveBatch, TheUsersOwnMicroBatchesStandWhenTheBatchGrows) {
   Changes sink;
   TrainOptions o = adaptive({{64, 1000}, {128, 2000}, {256, 3000}});
   o.accumulate = 2;
+  o.noise_scale_budget = 1;  // every step measured: each record shows its micro-batches
   Trainer t(*f.model, o, c10::Device("cpu"));
   const TrainSummary s = t.fit(f.data, &sink);
   ASSERT_EQ(s.batch_changes.size(), 1u);

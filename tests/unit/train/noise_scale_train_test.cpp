@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "saturate/core/error.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/train/trainer.h"
 #include "testing/noise_truth.h"
@@ -23,11 +24,13 @@ struct Frozen {
       testing::exact_noise(*model, data.train, data.normalize_mean, data.normalize_std);
 };
 
+// Every step measured (the estimator against the truth), unless a test sets a budget.
 TrainOptions frozen_steps(int64_t batch, int64_t accumulate, int64_t steps) {
   TrainOptions o = testing::sgd_steps(batch, steps, /*lr=*/1e-30);
   o.momentum = 0;
   o.weight_decay = 0;
   o.accumulate = accumulate;
+  o.noise_scale_budget = 1;
   return o;
 }
 
@@ -87,7 +90,47 @@ TEST(TrainerNoiseScale, AdamWGetsAPreconditionedValueToo) {
   EXPECT_TRUE(std::isnan(r[33].noise_trace_precond));
   EXPECT_EQ(s.noise.steps, 30);          // the recent half of 60
   EXPECT_EQ(s.noise_precond.steps, 15);  // every 4th: all 15, fewer than kNoiseMinSteps
+  EXPECT_EQ(s.noise_measured_steps, 60);
+}
 
+TEST(TrainerNoiseScale, ABudgetSmallerThanOneMeasurementMeasuresFewerStepsAndStaysWithinIt) {
+  // This model's step is tiny, so that one measurement (a squared norm after the first
+  // micro-batch, the host's sums) costs far more than 0.2% of a step: the run measures only
+  // some steps, and what measuring took stays near the budget.
+  Frozen f;
+  TrainOptions o = frozen_steps(256, 4, 400);
+  o.noise_scale_budget = 0.002;
+  MemorySink sink;
+  const TrainSummary s = Trainer(*f.model, o, c10::Device("cpu")).fit(f.data, &sink);
+  int64_t measured = 0;
+  for (const StepRecord& r : sink.records())
+    if (std::isfinite(r.noise_grad_sqr)) ++measured;
+  std::cout << "measured " << measured << " of 400 steps, " << 100 * s.noise_cost_share
+            << "% of the step time\n";
+  EXPECT_EQ(measured, s.noise_measured_steps);
+  EXPECT_GT(measured, 0) << "the first step is always measured";
+  EXPECT_LT(measured, 200) << "a budget this small must thin the steps";
+  EXPECT_GT(s.noise_cost_share, 0);
+  EXPECT_LT(s.noise_cost_share, 3 * o.noise_scale_budget);
+  // Measured steps still pair the first micro-batch with the whole step.
+  for (const StepRecord& r : sink.records())
+    if (std::isfinite(r.noise_grad_sqr)) {
+      EXPECT_EQ(r.gns_b_small, 64);
+      EXPECT_EQ(r.gns_b_big, 256);
+    }
+  // The same run with every step measured spends a larger share of its time on it.
+  o.noise_scale_budget = 1;
+  const TrainSummary every = Trainer(*f.model, o, c10::Device("cpu")).fit(f.data);
+  EXPECT_EQ(every.noise_measured_steps, 400);
+  EXPECT_GT(every.noise_cost_share, s.noise_cost_share);
+}
+
+TEST(TrainerNoiseScale, ABudgetMustBeAShareAboveZero) {
+  TrainOptions o = frozen_steps(64, 2, 10);
+  for (double bad : {0.0, -0.5, std::nan("")}) {
+    o.noise_scale_budget = bad;
+    EXPECT_THROW(o.validate(), Error) << bad;
+  }
 }
 
 }  // namespace
