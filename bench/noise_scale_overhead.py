@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """What does measuring the gradient noise scale cost a training step (issue 35)? Goal: <= 2%.
 
-Each case trains the same recipe with the noise scale measured (the default wherever the step
-has micro-batches) and with --no-noise-scale, as fresh `saturate train` processes, alternating
-which goes first, several rounds; steady-state samples/s from each run's summary. Reported:
-the medians, the median of the per-round ratios (off / on - 1 = the overhead) and the noise
-scale the measured run saw.
+Each case trains the same recipe three ways, as fresh `saturate train` processes in an order
+that rotates each round: measured within the default budget (--noise-scale-budget 0.01, the
+default wherever the step has micro-batches), measured at every step (--noise-scale-budget 1)
+and not measured (--no-noise-scale); steady-state samples/s from each run's summary. Reported:
+the medians, the medians of the per-round ratios (off / on - 1 = the overhead), the steps the
+budgeted run measured, the share of step time its own accounting says measuring took, and the
+noise scale each measured run saw.
 
 Usage (from the repository root, after `make build`):
   python3 bench/noise_scale_overhead.py [--saturate build/saturate] [--rounds 5]
@@ -33,16 +35,21 @@ CASES = [
 ]
 
 
-def run(saturate, flags, measured, folder):
+VARIANTS = {"budget": [], "every": ["--noise-scale-budget", "1"], "off": ["--no-noise-scale"]}
+
+
+def run(saturate, flags, variant, folder):
     summary = os.path.join(folder, "summary.json")
-    cmd = [saturate, "train", "--no-eval", "--summary-json", summary, *flags]
-    if not measured:
-        cmd.append("--no-noise-scale")
+    cmd = [saturate, "train", "--no-eval", "--summary-json", summary, *flags, *VARIANTS[variant]]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    timeout=600)
     with open(summary, encoding="utf-8") as f:
         s = json.load(f)
-    return s["samples_per_s"], s.get("gns")
+    return s["samples_per_s"], s.get("gns") or {}, s["steps"]
+
+
+def phi(gns):
+    return "—" if gns.get("phi") is None else f"{gns['phi']:.0f}"
 
 
 def main():
@@ -50,23 +57,29 @@ def main():
     ap.add_argument("--saturate", default="build/saturate")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    print(f"noise-scale overhead: {args.rounds} rounds, order alternating (medians)")
-    print(f"{'case':28} {'off samp/s':>11} {'on samp/s':>11} {'overhead':>9}  gns (on)")
+    print(f"noise-scale overhead: {args.rounds} rounds, order rotating (medians)")
+    print(f"{'case':26} {'off samp/s':>10} {'budget':>7} {'every':>7} {'measured':>9} "
+          f"{'cost':>5}  φ budget / every")
+    names = list(VARIANTS)
     with tempfile.TemporaryDirectory() as folder:
         for name, flags in CASES:
-            on, off, ratios, gns = [], [], [], None
+            sps = {v: [] for v in names}
+            ratios = {"budget": [], "every": []}
+            measured, cost, gns = [], [], {}
             for r in range(args.rounds):
-                order = [True, False] if r % 2 == 0 else [False, True]
                 got = {}
-                for measured in order:
-                    got[measured] = run(args.saturate, flags, measured, folder)
-                on.append(got[True][0])
-                off.append(got[False][0])
-                ratios.append(got[False][0] / got[True][0] - 1)
-                gns = got[True][1]
-            phi = "—" if not gns or gns.get("phi") is None else f"{gns['phi']:.0f}"
-            print(f"{name:28} {statistics.median(off):11.1f} {statistics.median(on):11.1f} "
-                  f"{100 * statistics.median(ratios):8.1f}%  φ {phi}")
+                for v in names[r % 3:] + names[:r % 3]:
+                    got[v] = run(args.saturate, flags, v, folder)
+                    sps[v].append(got[v][0])
+                for v in ratios:
+                    ratios[v].append(got["off"][0] / got[v][0] - 1)
+                measured.append(got["budget"][1].get("measured_steps", 0) / got["budget"][2])
+                cost.append(got["budget"][1].get("cost_share", 0))
+                gns = {v: got[v][1] for v in ratios}
+            med = statistics.median
+            print(f"{name:26} {med(sps['off']):10.1f} {100 * med(ratios['budget']):6.1f}% "
+                  f"{100 * med(ratios['every']):6.1f}% {100 * med(measured):8.0f}% "
+                  f"{100 * med(cost):4.1f}%  {phi(gns['budget'])} / {phi(gns['every'])}")
             sys.stdout.flush()
 
 
