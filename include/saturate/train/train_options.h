@@ -79,8 +79,9 @@ struct TrainOptions {
   /// The gradient noise scale (telemetry/noise_scale.h), measured in the step wherever it has
   /// two gradients at the same weights: under accumulation, the first micro-batch's against the
   /// whole step's; under data parallel, this rank's against the all-reduced one. Norms are taken
-  /// after fp16 unscaling and before clipping; one squared-norm reduction per step (two more
-  /// under AdamW, for the preconditioned value). false: not measured.
+  /// after fp16 unscaling and before clipping; one squared norm per parameter after the first
+  /// micro-batch (two more under AdamW, every few measured steps, for the preconditioned
+  /// value), within noise_scale_budget. false: not measured.
   bool noise_scale = true;
   /// The share of the run's step time measuring the noise scale may take on average. Where one
   /// measurement costs more than this share of a step (tiny steps, many parameters), only some
