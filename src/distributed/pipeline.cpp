@@ -60,6 +60,47 @@ at::Tensor recv_activation(DistGroup& g, int peer, int64_t m, const c10::Device&
   return t;
 }
 
+// The tags of the tied weights' exchange, above any micro-batch's.
+constexpr int kTiedCountTag = 1 << 24, kTiedGradTag = (1 << 24) + 1;
+
+// The first and the last stage's copies of a weight the chain's two ends share
+// (Model::pipeline_tied_parameters): each adds the other's gradient, so both copies take the
+// same step. The two first agree on how many elements they tie: a model tying on one end only
+// would otherwise leave the other waiting.
+void sum_tied_gradients(DistGroup& g, Model& stage, int index, int count, const c10::Device& device) {
+  if (count < 2 || (index != 0 && index != count - 1)) return;
+  const int peer = index == 0 ? count - 1 : 0;
+  std::vector<at::Tensor> tied = stage.pipeline_tied_parameters();
+  int64_t n = 0;
+  for (const at::Tensor& t : tied) n += t.numel();
+  const auto on = torch::TensorOptions().device(device);
+  const at::Tensor mine = torch::full({1}, n, on.dtype(torch::kLong));
+  at::Tensor theirs = torch::empty({1}, on.dtype(torch::kLong));
+  g.send(mine, peer, kTiedCountTag);
+  g.recv(theirs, peer, kTiedCountTag);
+  g.wait_sends();
+  const int64_t other_n = theirs.cpu().item<int64_t>();
+  SATURATE_CHECK(other_n == n, "pipeline: stage ", index, " ties ", n,
+                 " parameter elements to stage ", peer, ", which ties ", other_n);
+  if (n == 0) return;
+  std::vector<at::Tensor> pieces;
+  for (const at::Tensor& t : tied)
+    pieces.push_back(t.grad().defined() ? t.grad().reshape({-1}) : torch::zeros({t.numel()}, t.options()));
+  at::Tensor flat = at::cat(pieces);
+  at::Tensor other = torch::empty_like(flat);
+  g.send(flat, peer, kTiedGradTag);
+  g.recv(other, peer, kTiedGradTag);
+  g.wait_sends();
+  flat.add_(other);  // a + b equals b + a: both ends hold the same sum
+  int64_t offset = 0;
+  for (at::Tensor& t : tied) {
+    const at::Tensor sum = flat.slice(0, offset, offset + t.numel()).view_as(t);
+    if (t.grad().defined()) t.mutable_grad().copy_(sum);
+    else t.mutable_grad() = sum.clone();
+    offset += t.numel();
+  }
+}
+
 // Where a stage's layers live, so where its activations arrive (the CPU for Gloo, a GPU for
 // NCCL): its parameters' device, else the first stage's inputs', else the CPU.
 c10::Device stage_device(Model& stage, bool first, const at::Tensor& inputs) {
@@ -307,6 +348,7 @@ PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
   while (run.backwards_done() < micro) run.backward();
   PipelineStepStats stats = run.stats();
   const Clock::time_point t0 = Clock::now();
+  sum_tied_gradients(group_, stage_, index_, count_, stage_device(stage_, index_ == 0, inputs));
   group_.wait_sends();
   std::vector<at::Tensor> loss = {run.loss_sum()};
   group_.broadcast(loss, count_ - 1);
@@ -401,6 +443,10 @@ class PipelineStagedStep final : public StagedStep {
   }
   int stage() const override { return stages_.rank(); }
   int stages() const override { return stages_.world_size(); }
+  std::vector<at::Tensor> counted_by_another_stage() override {
+    if (stages_.world_size() < 2 || stages_.rank() != stages_.world_size() - 1) return {};
+    return stage_.pipeline_tied_parameters();  // the first stage counts the tied weights
+  }
 
  private:
   // One flat buffer of this stage's gradients, summed across the replicas and divided by them.

@@ -145,6 +145,19 @@ struct BlockImpl : nn::Module {
 };
 TORCH_MODULE(Block);
 
+// The token and position embeddings of `tokens` [B, T], with dropout in training.
+at::Tensor embed_tokens(nn::Embedding& wte, nn::Embedding& wpe, double dropout,
+                        const at::Tensor& tokens) {
+  const at::Tensor pos = torch::arange(tokens.size(1), tokens.options().dtype(at::kLong));
+  return F::dropout(wte->forward(tokens) + wpe->forward(pos),
+                    F::DropoutFuncOptions().p(dropout).training(wte->is_training()));
+}
+
+// The final LayerNorm, then the output layer, whose weight is the token embedding's.
+at::Tensor output_logits(nn::LayerNorm& ln_f, nn::Embedding& wte, const at::Tensor& x) {
+  return at::matmul(ln_f->forward(x), wte->weight.t());
+}
+
 // nanoGPT's layout: transformer.{wte, wpe, h.N, ln_f}; lm_head shares wte's weight.
 struct GptNetImpl : nn::Module {
   explicit GptNetImpl(const GptConfig& c) : config(c) {
@@ -168,13 +181,9 @@ struct GptNetImpl : nn::Module {
     }
   }
   at::Tensor embed(const at::Tensor& tokens) {
-    const at::Tensor pos = torch::arange(tokens.size(1), tokens.options().dtype(at::kLong));
-    return F::dropout(wte->forward(tokens) + wpe->forward(pos),
-                      F::DropoutFuncOptions().p(config.dropout).training(is_training()));
+    return embed_tokens(wte, wpe, config.dropout, tokens);
   }
-  at::Tensor head(const at::Tensor& x) {
-    return at::matmul(ln_f->forward(x), wte->weight.t());
-  }
+  at::Tensor head(const at::Tensor& x) { return output_logits(ln_f, wte, x); }
   GptConfig config;
   nn::Embedding wte{nullptr}, wpe{nullptr};
   nn::ModuleList h{nullptr};
@@ -274,6 +283,9 @@ class GptModel final : public Model {
            std::to_string(c.width) + " do not split evenly over it";
   }
   std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() override;
+  // The embeddings, each block, the head.
+  int64_t pipeline_layers() const override { return net_->config.layers + 2; }
+  std::unique_ptr<Model> pipeline_stage(int64_t begin, int64_t end) override;
 
  private:
   TensorParallelGroup* tp_ = nullptr;
@@ -282,6 +294,106 @@ class GptModel final : public Model {
   int64_t segments_ = 0;
   std::string kernel_;  // what SDPA chose at the first training forward
 };
+
+// Layers [begin, end) of the GPT's chain for a pipeline stage: layer 0 the embeddings, 1..L the
+// blocks, L + 1 the head (the final LayerNorm and the output layer). It holds the whole model's
+// modules of its layers only, under the whole model's names. The output layer's weight is the
+// token embedding's: a stage with the head and not the embeddings holds its own copy of that
+// weight, tied to the first stage's (pipeline_tied_parameters).
+class GptStage final : public Model {
+ public:
+  GptStage(std::string name, GptNet& net, int64_t begin, int64_t end)
+      : name_(std::move(name)), config_(net->config), first_block_(std::max<int64_t>(begin, 1) - 1) {
+    const int64_t layers = net->config.layers;
+    if (begin == 0) {
+      wte_ = net->wte;
+      wpe_ = net->wpe;
+    }
+    for (int64_t i = first_block_; i < std::min(end, layers + 1) - 1; ++i)
+      blocks_.push_back(net->h->ptr<BlockImpl>(i));
+    if (end == layers + 2) {
+      wte_ = net->wte;
+      ln_f_ = net->ln_f;
+    }
+    train(net->is_training());
+  }
+  std::string name() const override { return name_; }
+  at::Tensor forward(const at::Tensor& x) override {
+    at::Tensor h = x;
+    if (!wpe_.is_empty()) {
+      SATURATE_CHECK(x.dim() == 2 && x.scalar_type() == at::kLong, "model: ", name_,
+                     " takes int64 token windows [B, T], got ", x.scalar_type(), " ", x.sizes());
+      SATURATE_CHECK(x.size(1) <= config_.context, "model: ", name_, ": a window of ", x.size(1),
+                     " tokens is above its context of ", config_.context);
+      h = embed_tokens(wte_, wpe_, config_.dropout, h);
+    }
+    for (const auto& b : blocks_) h = b->forward(h);
+    return ln_f_.is_empty() ? h : output_logits(ln_f_, wte_, h);
+  }
+  std::vector<at::Tensor> parameters() override {
+    std::vector<at::Tensor> out;
+    for (auto& named : named_parameters()) out.push_back(named.second);
+    return out;
+  }
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() override {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    if (!wte_.is_empty()) out.emplace_back("wte.weight", wte_->weight);
+    if (!wpe_.is_empty()) out.emplace_back("wpe.weight", wpe_->weight);
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      for (const auto& p : blocks_[i]->named_parameters())
+        out.emplace_back("h." + std::to_string(first_block_ + static_cast<int64_t>(i)) + "." +
+                             p.key(),
+                         p.value());
+    if (!ln_f_.is_empty())
+      for (const auto& p : ln_f_->named_parameters()) out.emplace_back("ln_f." + p.key(), p.value());
+    return out;
+  }
+  std::vector<at::Tensor> state_tensors() override { return parameters(); }
+  void train(bool on) override {
+    for (nn::Module* m : modules()) m->train(on);
+    training_ = on;
+  }
+  bool is_training() const override { return training_; }
+  void to(const c10::Device& device) override {
+    for (nn::Module* m : modules()) m->to(device);
+  }
+  std::vector<at::Tensor> pipeline_tied_parameters() override {
+    // The head without the embeddings, or the embeddings without the head: the weight both use
+    // lives on two stages.
+    if (!wte_.is_empty() && wpe_.is_empty() != ln_f_.is_empty()) return {wte_->weight};
+    return {};
+  }
+
+ private:
+  std::vector<nn::Module*> modules() {
+    std::vector<nn::Module*> out;
+    if (!wte_.is_empty()) out.push_back(wte_.get());
+    if (!wpe_.is_empty()) out.push_back(wpe_.get());
+    for (auto& b : blocks_) out.push_back(b.get());
+    if (!ln_f_.is_empty()) out.push_back(ln_f_.get());
+    return out;
+  }
+
+  std::string name_;
+  GptConfig config_;
+  int64_t first_block_;
+  nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  std::vector<std::shared_ptr<BlockImpl>> blocks_;
+  nn::LayerNorm ln_f_{nullptr};
+  bool training_ = true;
+};
+
+std::unique_ptr<Model> GptModel::pipeline_stage(int64_t begin, int64_t end) {
+  const int64_t n = pipeline_layers();
+  SATURATE_CHECK(0 <= begin && begin < end && end <= n, "model: ", name_, " has ", n,
+                 " layers (the embeddings, ", net_->config.layers,
+                 " blocks, the head); a pipeline stage of layers [", begin, ", ", end,
+                 ") is not among them");
+  SATURATE_CHECK(tp_ == nullptr, "model: ", name_,
+                 " is split by tensor; it cannot also be split into pipeline stages yet");
+  return std::make_unique<GptStage>(
+      name_ + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]", net_, begin, end);
+}
 
 bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
   if (group == nullptr) return true;

@@ -161,9 +161,17 @@ at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_
   if (grads.empty() && staged == nullptr) return at::Tensor();
   at::Tensor total;
   if (staged != nullptr) {
+    // A weight tied across stages counts once: the stage that holds the other copy counts it.
+    std::vector<at::Tensor> counted;
+    const std::vector<at::Tensor> elsewhere = staged->counted_by_another_stage();
+    for (const at::Tensor& p : params) {
+      const bool skip = std::any_of(elsewhere.begin(), elsewhere.end(),
+                                    [&](const at::Tensor& e) { return e.is_same(p); });
+      if (p.grad().defined() && !skip) counted.push_back(p.grad());
+    }
     const at::Tensor mine =
-        grads.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
-                      : at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
+        counted.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
+                        : at::stack(at::_foreach_norm(counted, 2)).to(at::kDouble).square().sum();
     total = staged->sum_across_stages(mine).sqrt().to(at::kFloat);
   } else {
     total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)).to(at::kFloat), 2);

@@ -1383,6 +1383,46 @@ def case_issue19_train_tensor_parallel_as_one_process(tmp):
                 fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
 
 
+def case_issue19_train_gpt_pipeline_as_one_process(tmp):
+    # The GPT split by layers: the embeddings and the first block on stage 0, the second block
+    # and the head on stage 1. The output layer's weight is the token embedding's, so both
+    # stages hold a copy: the pipeline sums the copies' gradients across the two, and the
+    # clipping norm counts the weight once. With the gradient clipped hard and the balanced
+    # split profiling token windows, 2 stages (and 2 replicas of them) train as one process.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
+              "text:" + LICENSES, "--seq-len", "32", "--steps", "8", "--optimizer", "sgd",
+              "--lr", "0.5", "--schedule", "constant", "--clip-grad-norm", "0.2",
+              "--threads", "1", "-q"]
+    results = {}
+    for name, extra in (("one", ["--batch-size", "8"]),
+                        ("pp2", ["--batch-size", "8", "--pipeline-stages", "2",
+                                 "--micro-batches", "4"]),
+                        ("pp2x2", ["--batch-size", "4", "--pipeline-stages", "2",
+                                   "--micro-batches", "2", "--pipeline-split", "even"])):
+        path = os.path.join(tmp, name + ".json")
+        argv = common + extra + ["--summary-json", path]
+        if name == "pp2x2":
+            argv = ["launch", "--nproc-per-node", "4", "--"] + argv
+        code, out, err = run(*argv, timeout=240)
+        if code != 0:
+            fail(f"{name}: exit {code}\n{out}\n{err[-3000:]}")
+        with open(path) as f:
+            results[name] = json.load(f)
+    a = results["one"]
+    for name in ("pp2", "pp2x2"):
+        b = results[name]
+        p = b["pipeline"]
+        if p is None or p["stages"] != 2 or b["global_batch_size"] != 8:
+            fail(f"{name}: pipeline {p}, global batch {b['global_batch_size']}")
+        st = p["per_stage"]
+        if st[0]["first_layer"] != 0 or st[1]["last_layer"] != 3:
+            fail(f"{name}: the stages' layers {st} (4: the embeddings, 2 blocks, the head)")
+        for k in ("final_loss", "val_loss") if name == "pp2" else ("val_loss",):
+            if abs(a[k] - b[k]) > 1e-4 * abs(a[k]):
+                fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
+
+
 def case_issue19_pipeline_bad_input(tmp):
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     data = make_idx_dir(tmp, n_train=256, n_test=64)

@@ -375,21 +375,27 @@ struct Reference {
   EvalSums eval;  ///< of the trained model on eval_batch()
 };
 
+// `n` random samples and targets for `in`: images or vectors and classes, or token windows and
+// the next tokens.
+std::pair<at::Tensor, at::Tensor> random_samples(const ModelInputs& in, int64_t n) {
+  std::vector<int64_t> shape = {n};
+  shape.insert(shape.end(), in.sample_shape.begin(), in.sample_shape.end());
+  if (in.tokens)
+    return {torch::randint(0, in.num_classes, shape, torch::kLong),
+            torch::randint(0, in.num_classes, shape, torch::kLong)};
+  return {torch::randn(shape), torch::randint(0, in.num_classes, {n})};
+}
+
 // 50 held-out samples: no M of the test divides them evenly.
 std::pair<at::Tensor, at::Tensor> eval_batch(const ModelInputs& in) {
   torch::manual_seed(13);
-  std::vector<int64_t> shape = {50};
-  shape.insert(shape.end(), in.sample_shape.begin(), in.sample_shape.end());
-  return {torch::randn(shape), torch::randint(0, in.num_classes, {50})};
+  return random_samples(in, 50);
 }
 
 std::vector<std::pair<at::Tensor, at::Tensor>> pipeline_batches(const ModelInputs& in) {
   torch::manual_seed(11);
   std::vector<std::pair<at::Tensor, at::Tensor>> batches;
-  std::vector<int64_t> shape = {32};
-  shape.insert(shape.end(), in.sample_shape.begin(), in.sample_shape.end());
-  for (int i = 0; i < 5; ++i)
-    batches.emplace_back(torch::randn(shape), torch::randint(0, in.num_classes, {32}));
+  for (int i = 0; i < 5; ++i) batches.push_back(random_samples(in, 32));
   return batches;
 }
 
@@ -415,7 +421,9 @@ Reference pipeline_reference(const std::string& name, const ModelInputs& in) {
 
 void pipeline(DistGroup& g, const std::string& name) {
   torch::set_num_threads(1);  // up to 4 ranks on 2 cores
-  const ModelInputs in{{1, 28, 28}, 10, false};
+  // The GPT on windows of 8 tokens of a 50-token vocabulary; the others on 28x28 images.
+  const bool gpt = name.rfind("gpt", 0) == 0;
+  const ModelInputs in = gpt ? ModelInputs{{8}, 50, true} : ModelInputs{{1, 28, 28}, 10, false};
   const Reference ref = pipeline_reference(name, in);
   for (PipelineSchedule schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B}) {
     for (int64_t micro : {1, 4, 8}) {

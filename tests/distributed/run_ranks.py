@@ -12,7 +12,7 @@ Cases:
   noise_scale       2 ranks measure the gradient noise scale within 10% of the truth
   tensor_parallel   the GPT's heads and MLP columns over 2 ranks end 5 SGD steps with one
                     process's losses and (gathered) parameters
-  pipeline_2stages, pipeline_4stages, pipeline_mlp
+  pipeline_2stages, pipeline_4stages, pipeline_mlp, pipeline_gpt_2stages, pipeline_gpt_4stages
                     the ranks as pipeline stages (GPipe, 1F1B; 1, 4, 8 micro-batches) end 5
                     SGD steps with one process's parameters and losses
   oom_one_rank      rank 1 runs out of memory alone: both trials end out of memory (and,
@@ -101,6 +101,20 @@ def case_pipeline_4stages(args):
 def case_pipeline_mlp(args):
     # mlp's first layer (flatten) has no parameters: stage 0's output needs no gradient.
     all_ranks_ok(args, "pipeline", 2, 100, ("60", "mlp"))
+
+
+GPT_TINY = "gpt-mini:layers=2,heads=2,width=32,context=8"
+
+
+def case_pipeline_gpt_2stages(args):
+    # The embeddings and the first block, then the second block and the head: the output
+    # layer's weight (tied to the token embedding) lives on both stages.
+    all_ranks_ok(args, "pipeline", 2, 100, ("60", GPT_TINY))
+
+
+def case_pipeline_gpt_4stages(args):
+    # One layer a stage: the embeddings, block 0, block 1, the head.
+    all_ranks_ok(args, "pipeline", 4, 100, ("60", GPT_TINY))
 
 
 def case_tensor_parallel(args):

@@ -146,11 +146,13 @@ std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Mo
   std::vector<std::pair<int64_t, int64_t>> spans = split_layers_evenly(layers, f.stages);
   at::Tensor cuts = torch::zeros({f.stages}, torch::kLong);
   if (group.rank() == 0 && f.split == "balanced") {
-    // The profile runs on the CPU copy of the model, at the batch, with random inputs: the
-    // layers' cost does not depend on the values.
+    // The profile runs on the CPU copy of the model, at the batch, with random inputs (tokens
+    // for a language model): the layers' cost does not depend on the values.
     std::vector<int64_t> shape = {o.batch_size};
     shape.insert(shape.end(), inputs.sample_shape.begin(), inputs.sample_shape.end());
-    const std::vector<LayerCost> costs = profile_layers(model, torch::randn(shape), 3);
+    const at::Tensor x = inputs.tokens ? torch::randint(0, inputs.num_classes, shape, torch::kLong)
+                                       : torch::randn(shape);
+    const std::vector<LayerCost> costs = profile_layers(model, x, 3);
     const double param_scale = o.optimizer == OptimizerKind::kSgd ? 3 : 4;
     const StageSplit split = split_layers_balanced(costs, f.stages, limit, param_scale);
     spans = split.spans;

@@ -92,6 +92,12 @@ class Model {
   virtual std::unique_ptr<Model> pipeline_stage(int64_t /*begin*/, int64_t /*end*/) {
     return nullptr;
   }
+  /// Of a pipeline stage: its parameters that the stage at the other end of the chain holds too,
+  /// one weight used by the chain's first and last layers (the GPT's token embedding and output
+  /// layer). The first and the last stage list them in the same order; the pipeline sums their
+  /// gradients across the two, so the copies stay equal. Empty for most models, and for a stage
+  /// that holds both ends.
+  virtual std::vector<at::Tensor> pipeline_tied_parameters() { return {}; }
 };
 
 struct TrainingInput;

@@ -11,6 +11,7 @@
 //   trainer.set_staged_step(staged.get());
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -40,6 +41,10 @@ class StagedStep {
   /// This process's stage, and how many there are.
   virtual int stage() const = 0;
   virtual int stages() const = 0;
+  /// This stage's parameters whose gradients another stage also holds and counts in the global
+  /// norm (a weight tied across the chain's ends: the last stage's copy): left out of this
+  /// stage's share so that the norm counts each weight once.
+  virtual std::vector<at::Tensor> counted_by_another_stage() { return {}; }
 };
 
 }  // namespace saturate
