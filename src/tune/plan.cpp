@@ -33,7 +33,7 @@ const std::vector<std::string> kConfigKeys = {
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
     "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size", "clip_grad_norm",
-    "pipeline_stages", "micro_batches", "pipeline_schedule"};
+    "pipeline_stages", "micro_batches", "pipeline_schedule", "tensor_parallel"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -254,7 +254,8 @@ json config_to_json(const RunConfig& c) {
           {"world_size", c.world_size},
           {"pipeline_stages", c.pipeline_stages},
           {"micro_batches", c.micro_batches},
-          {"pipeline_schedule", c.pipeline_schedule}};
+          {"pipeline_schedule", c.pipeline_schedule},
+          {"tensor_parallel", c.tensor_parallel}};
 }
 
 // Fields the reader leaves out keep TrainOptions' defaults.
@@ -296,6 +297,14 @@ RunConfig config_from_json(const FieldReader& r) {
   r.check(c.micro_batches <= t.batch_size, r.field("micro_batches"), " (", c.micro_batches,
           ") must not exceed ", r.field("batch_size"), " (", t.batch_size, ")");
   c.pipeline_schedule = r.name("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b"});
+  c.tensor_parallel = static_cast<int>(
+      r.integer("tensor_parallel", c.tensor_parallel, 1, "an integer in [1, 1024]"));
+  r.check(c.tensor_parallel <= 1024 && c.world_size % c.tensor_parallel == 0,
+          r.field("tensor_parallel"), " (", c.tensor_parallel, ") must divide ",
+          r.field("world_size"), " (", c.world_size, ")");
+  r.check(c.tensor_parallel == 1 || c.pipeline_stages == 1, r.field("tensor_parallel"), " (",
+          c.tensor_parallel, ") and ", r.field("pipeline_stages"), " (", c.pipeline_stages,
+          ") cannot both be above 1 yet");
   t.seed = r.unsigned_integer("seed", t.seed);
   t.momentum = r.number("momentum", t.momentum, is_non_negative, "a non-negative number");
   t.weight_decay =

@@ -1423,6 +1423,54 @@ def case_issue19_train_gpt_pipeline_as_one_process(tmp):
                 fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
 
 
+def case_issue19_tune_measures_tensor_parallel_when_memory_binds(tmp):
+    # A GPT whose batch of 32 runs out of 80 MiB in one process (it fits there only as 4
+    # micro-batches): the ranks stage also measures the whole batch split by tensor over 2
+    # ranks (and as 2 pipeline stages), through train itself, each rank's peak held to the limit
+    # on its own. Whichever is fastest is kept; a plan that keeps the split runs it under
+    # train --config.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    if len(os.sched_getaffinity(0)) < 2:
+        print("one usable core: no split to measure")
+        return
+    model = "gpt-mini:layers=2,heads=4,width=256"
+    common = ["--model", model, "--data", "text:" + LICENSES, "--seq-len", "64"]
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", *common, "--batch-size", "32", "--memory-limit", "80MiB",
+                         "--budget-s", "0", "--quality-samples", "0", "--effective-batch", "keep",
+                         "--max-ranks", "2", "--out", plan_path, timeout=280)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    [stage] = [s for s in plan["stages"] if s["name"] == "ranks"]
+    trials = [t for t in plan["trials"] if t["stage"] == "ranks"]
+    split = [t for t in trials if t["config"]["tensor_parallel"] == 2]
+    if not split or any(t["config"]["world_size"] != 2 or t["config"]["batch_size"] != 32 or
+                        t["config"]["accumulate"] != 1 for t in split):
+        fail(f"ranks trials: {[(t['config']['tensor_parallel'], t['config']['world_size']) for t in trials]}")
+    if not any(t["outcome"] == "fits" and t["samples_per_s"] > 0 for t in split) or \
+            "2 tensor-parallel ranks × 1 thread" not in stage["why"]:
+        fail(f"the split did not run: {stage['why']}")
+    # The plan as the stage would write it had the split been fastest: train --config starts
+    # the 2 ranks and each stays under the limit.
+    plan["config"] = split[0]["config"]
+    split_path = os.path.join(tmp, "split.json")
+    with open(split_path, "w") as f:
+        json.dump(plan, f)
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", split_path, *common, "--steps", "4", "--no-eval",
+                         "-q", "--summary-json", summary, timeout=240)
+    if code != 0:
+        fail(f"train --config of the split: exit {code}\n{err[-3000:]}")
+    with open(summary) as f:
+        s = json.load(f)
+    if s["tensor_parallel"] != 2 or s["global_batch_size"] != 32:
+        fail(f"train --config ran tensor_parallel {s['tensor_parallel']}, global batch {s['global_batch_size']}")
+    if not 0 < s["peak_memory_bytes"] <= 80 << 20:
+        fail(f"a rank's peak {s['peak_memory_bytes']} is not within 80 MiB")
+
+
 def case_issue19_pipeline_bad_input(tmp):
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     data = make_idx_dir(tmp, n_train=256, n_test=64)

@@ -63,6 +63,7 @@ void apply_plan_pipeline(const Plan& plan, const CLI::App& app, PipelineFlags& f
   if (app.count("--micro-batches") == 0 && c.pipeline_stages > 1 && c.micro_batches > 0)
     f.micro_batches = c.micro_batches;
   if (app.count("--pipeline-schedule") == 0) f.schedule = c.pipeline_schedule;
+  if (app.count("--tensor-parallel") == 0) f.tensor_parallel = c.tensor_parallel;
 }
 
 void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,

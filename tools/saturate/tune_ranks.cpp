@@ -44,7 +44,8 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
                "--steps",           std::to_string(request.steps),
                "--no-eval",         "-q",
                "--summary-json",    summary_path_,
-               "--pipeline-stages", std::to_string(c.pipeline_stages)};
+               "--pipeline-stages", std::to_string(c.pipeline_stages),
+               "--tensor-parallel", std::to_string(c.tensor_parallel)};
   if (c.pipeline_stages > 1) {
     if (c.micro_batches > 0) o.command.insert(o.command.end(), {"--micro-batches", std::to_string(c.micro_batches)});
     o.command.insert(o.command.end(), {"--pipeline-schedule", c.pipeline_schedule});
@@ -86,6 +87,8 @@ void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& inpu
     auto m = make_model(model, model_inputs_for(input));
     ri.model_has_buffers = m->state_tensors().size() > m->parameters().size();
     ri.pipeline_layers = m->pipeline_layers();
+    for (int n = 2; n <= ri.cores; n *= 2)
+      if (m->tensor_parallel_problem(n).empty()) ri.tensor_parallel_sizes.push_back(n);
   }
   // Memory bound the plan: the user's configuration ran out of memory, the plan's did (no
   // measurement), or it fits only through accumulation or recomputation.

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "saturate/tune/job_runner.h"
 #include "saturate/tune/plan.h"
@@ -37,6 +38,12 @@ struct RanksStageOptions {
   /// its own process's, checked against `memory_limit_bytes` per process.
   int64_t pipeline_layers = 0;
   bool user_did_not_fit = false;
+  /// Tensor parallel: the process counts the model's heads and columns split over (the GPT's;
+  /// empty: none). When the user's configuration did not fit, the plan's global batch is also
+  /// measured split so, every process taking the whole batch (no accumulation or recomputation;
+  /// not with gradient clipping, fp16 or --adaptive-batch, which a split refuses), each
+  /// process's memory checked on its own as a stage's is.
+  std::vector<int> tensor_parallel_sizes;
   const std::atomic<bool>* stop = nullptr;
 };
 

@@ -25,7 +25,8 @@ struct RunConfig {
   int threads = 0;  ///< intra-op threads; 0 leaves the runner's setting
   int workers = 0;   ///< input-pipeline worker threads (0: batches made on the training thread)
   int prefetch = 2;  ///< batches the input pipeline makes ahead
-  /// Processes (ranks) the job runs as: data-parallel replicas × pipeline stages.
+  /// Processes (ranks) the job runs as: data-parallel replicas × pipeline stages (or tensor
+  /// shares).
   /// train.batch_size is each replica's, so the global batch is replicas() × batch_size.
   int world_size = 1;
   /// Pipeline parallel (`train --pipeline-stages`): the model split by layers over this many
@@ -34,9 +35,17 @@ struct RunConfig {
   int pipeline_stages = 1;
   int64_t micro_batches = 0;
   std::string pipeline_schedule = "1f1b";
+  /// Tensor parallel (`train --tensor-parallel`): the GPT's heads and MLP columns split over
+  /// this many processes of each replica, every one taking the whole batch. 1: none; not
+  /// together with pipeline stages.
+  int tensor_parallel = 1;
 
-  /// Data-parallel replicas of the model: world_size / pipeline_stages.
-  int replicas() const { return world_size / (pipeline_stages > 1 ? pipeline_stages : 1); }
+  /// Processes that hold one copy of the model between them.
+  int ranks_per_replica() const {
+    return (pipeline_stages > 1 ? pipeline_stages : 1) * (tensor_parallel > 1 ? tensor_parallel : 1);
+  }
+  /// Data-parallel replicas of the model: world_size / ranks_per_replica().
+  int replicas() const { return world_size / ranks_per_replica(); }
 
   /// Micro-batch size: the samples one forward/backward holds in memory at once.
   int64_t micro_batch() const {

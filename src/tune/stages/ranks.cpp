@@ -18,6 +18,7 @@ struct Candidate {
   int ranks = 1;
   int threads = 1;
   bool pipeline = false;  // ranks are pipeline stages, each with its own memory
+  bool tensor = false;    // ranks are tensor-parallel shares, each with its own memory
   RunConfig config;
   std::vector<double> job_samples_per_s;  // one per successful run
   int64_t peak_memory_bytes = 0;          // one process's, highest over the runs
@@ -28,10 +29,13 @@ struct Candidate {
   bool usable() const { return failed.empty() && !over_memory && !job_samples_per_s.empty(); }
   // What is held to the memory limit: data-parallel ranks share the host's memory, a
   // pipeline's stages each hold their own part of the model under their own limit.
-  int64_t limited_bytes() const { return peak_memory_bytes * (pipeline ? 1 : ranks); }
+  int64_t limited_bytes() const { return peak_memory_bytes * (pipeline || tensor ? 1 : ranks); }
   std::string describe() const {
-    return std::to_string(ranks) + (pipeline ? " pipeline stages" : ranks == 1 ? " rank" : " ranks") +
-           " × " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+    const char* kind = pipeline ? " pipeline stages"
+                       : tensor ? " tensor-parallel ranks"
+                       : ranks == 1 ? " rank" : " ranks";
+    return std::to_string(ranks) + kind + " × " + std::to_string(threads) +
+           (threads == 1 ? " thread" : " threads");
   }
 };
 
@@ -61,6 +65,19 @@ RunConfig as_pipeline(const RunConfig& c, int stages, int threads) {
   return out;
 }
 
+// The plan's global batch split by tensor over `ranks` processes of one replica, each taking
+// the whole batch in one step (a split cannot accumulate or recompute yet).
+RunConfig as_tensor_parallel(const RunConfig& c, int ranks, int threads) {
+  RunConfig out = c;
+  out.world_size = ranks;
+  out.tensor_parallel = ranks;
+  out.threads = threads;
+  out.train.batch_size = c.train.batch_size * c.world_size;
+  out.train.accumulate = 1;
+  out.train.recompute_segments = 0;
+  return out;
+}
+
 bool dp_allowed(const RanksStageOptions& o) {
   return o.cores >= 2 && o.max_ranks >= 2 && !o.model_has_buffers;
 }
@@ -79,6 +96,23 @@ void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vect
   }
 }
 
+void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
+                         std::vector<Candidate>& out) {
+  const TrainOptions& t = tuned.train;
+  if (!o.user_did_not_fit || t.clip_grad_norm > 0 || t.precision == Precision::kFp16 ||
+      t.adaptive_batch)
+    return;
+  for (int ranks : o.tensor_parallel_sizes) {
+    if (ranks > std::min(o.cores, o.max_ranks)) continue;
+    Candidate c;
+    c.ranks = ranks;
+    c.tensor = true;
+    c.threads = std::max(1, o.cores / ranks);
+    c.config = as_tensor_parallel(tuned, ranks, c.threads);
+    out.push_back(c);
+  }
+}
+
 std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOptions& o) {
   const int64_t global = tuned.train.batch_size * tuned.world_size;
   std::vector<Candidate> out;
@@ -87,6 +121,7 @@ std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOp
   one.config = as_ranks(tuned, 1, one.threads);
   out.push_back(one);
   add_pipelines(tuned, o, out);
+  add_tensor_parallel(tuned, o, out);
   if (!dp_allowed(o)) return out;
   for (int ranks = 2; ranks <= std::min(o.cores, o.max_ranks); ranks *= 2) {
     // Ranks step on equal batches: a global batch that does not split evenly is rounded down
@@ -103,7 +138,7 @@ std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOp
 
 // Why the stage does not run, or empty.
 std::string reason_to_skip(const Plan& plan, const RanksStageOptions& o, size_t candidates) {
-  if (candidates >= 2 && !dp_allowed(o)) return "";  // pipeline stages only
+  if (candidates >= 2 && !dp_allowed(o)) return "";  // pipeline stages or tensor shares only
   if (o.cores < 2) return "one usable core: no second process to try";
   if (o.max_ranks < 2) return "not tried (--max-ranks " + std::to_string(o.max_ranks) + ")";
   if (o.model_has_buffers)
@@ -140,7 +175,7 @@ std::string measured_text(const std::vector<Candidate>& candidates, int64_t glob
       s += format_fixed(c.median(), 1);
       if (c.over_memory)
         s += " (needs " + format_bytes(c.limited_bytes()) +
-             (c.pipeline ? " a stage" : "") + ": over the memory limit)";
+             (c.pipeline ? " a stage" : c.tensor ? " a rank" : "") + ": over the memory limit)";
     }
     const int64_t g = c.config.global_batch();
     if (g != global) s += " (global batch " + std::to_string(g) + ")";
@@ -258,8 +293,9 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
   if (change) {
     plan.config = best->config;
     plan.tuned.samples_per_s = best->median();
-    // A pipeline's stages each hold their own part: the plan's peak is one stage's (rank 0's).
-    if (best->pipeline) plan.tuned.peak_memory_bytes = best->peak_memory_bytes;
+    // A pipeline's stages (a split's ranks) each hold their own part: the plan's peak is one
+    // process's (rank 0's).
+    if (best->pipeline || best->tensor) plan.tuned.peak_memory_bytes = best->peak_memory_bytes;
     const int64_t rounded = best->config.global_batch();
     if (rounded != global && plan.effective_batch == EffectiveBatchOutcome::kLrRescaled)
       plan.config.train.lr = rescaled_lr(tuned.train.lr, tuned.train.optimizer, global, rounded);

@@ -238,4 +238,53 @@ TEST(RanksStage, Issue19_WhenOneProcessRunsOutOfMemoryThePipelineStagesThatRunAr
   EXPECT_EQ(fits.config.world_size, 1);
 }
 
+TEST(RanksStage, Issue19_WhenMemoryBindsASplitByTensorIsMeasuredAndTakenWhereItAloneRuns) {
+  // The scripted runs: one process runs out of memory; split over 2 or 4 ranks, the model runs.
+  auto script = [](int ranks, int) {
+    JobOutcome o;
+    o.status = JobStatus::kFailed;
+    o.reason = "rank 0 exited with code 1: CPU out of memory";
+    return ranks == 1 ? o : ok(1800, int64_t{30} << 20);
+  };
+  ScriptedJobs jobs([&](int ranks, int n) { return script(ranks, n); });
+  Plan plan = tuned_plan();
+  plan.config.train.accumulate = 4;
+  plan.config.train.recompute_segments = 2;
+  RanksStageOptions o = four_cores();
+  o.memory_limit_bytes = int64_t{60} << 20;
+  o.model_has_buffers = true;  // no data-parallel candidates
+  o.user_did_not_fit = true;
+  o.tensor_parallel_sizes = {2, 4};
+  tune_ranks(plan, o, jobs);
+  const PlanStage& st = plan.stages.at(0);
+  ASSERT_TRUE(st.changed) << st.why;
+  EXPECT_EQ(plan.config.tensor_parallel, 2) << "4 is as fast and no faster: the first kept";
+  EXPECT_EQ(plan.config.pipeline_stages, 1);
+  EXPECT_EQ(plan.config.world_size, 2);
+  EXPECT_EQ(plan.config.replicas(), 1);
+  EXPECT_EQ(plan.config.train.batch_size, 256) << "each rank takes the whole batch";
+  EXPECT_EQ(plan.config.train.accumulate, 1);
+  EXPECT_EQ(plan.config.train.recompute_segments, 0);
+  EXPECT_EQ(plan.config.global_batch(), 256);
+  EXPECT_EQ(plan.tuned.peak_memory_bytes, int64_t{30} << 20) << "one rank's";
+  EXPECT_NE(st.why.find("kept 2 tensor-parallel ranks × 2 threads"), std::string::npos) << st.why;
+  bool four = false;
+  for (const JobRequest& r : jobs.requests) four = four || r.config.tensor_parallel == 4;
+  EXPECT_TRUE(four) << "4 ranks are measured too";
+  // A split refuses gradient clipping: with it, no split is measured.
+  ScriptedJobs clipped([&](int ranks, int n) { return script(ranks, n); });
+  Plan with_clip = tuned_plan();
+  with_clip.config.train.accumulate = 4;
+  with_clip.config.train.clip_grad_norm = 1.0;
+  tune_ranks(with_clip, o, clipped);
+  for (const JobRequest& r : clipped.requests) EXPECT_EQ(r.config.tensor_parallel, 1);
+  EXPECT_EQ(with_clip.config.world_size, 1);
+  // Without memory binding the plan, none is measured.
+  ScriptedJobs fits([](int ranks, int) { return ok(ranks == 1 ? 3000 : 2500); });
+  Plan plain = tuned_plan();
+  o.user_did_not_fit = false;
+  tune_ranks(plain, o, fits);
+  for (const JobRequest& r : fits.requests) EXPECT_EQ(r.config.tensor_parallel, 1);
+}
+
 }  // namespace saturate
