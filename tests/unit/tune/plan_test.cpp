@@ -197,6 +197,25 @@ TEST(Plan, Issue15_WorldSizeIsReadWrittenAndChecked) {
   EXPECT_CONTAINS(config_error("world_size", 70000), "config.world_size must be at most 65536");
 }
 
+TEST(Plan, Issue19_TensorParallelIsReadWrittenAndChecked) {
+  json j = plan_with_config("world_size", 4);
+  j["config"]["tensor_parallel"] = 2;
+  const Plan p = plan_from_json(j, "p.json");
+  EXPECT_EQ(p.config.tensor_parallel, 2);
+  EXPECT_EQ(p.config.replicas(), 2);
+  EXPECT_EQ(p.config.global_batch(), 256);
+  EXPECT_EQ(to_json(p)["config"]["tensor_parallel"], 2);
+  EXPECT_CONTAINS(p.config.describe(), "per replica × 2 replicas, 2-way tensor parallel");
+  EXPECT_EQ(plan_from_json(plan_with_config("threads", 1), "p.json").config.tensor_parallel, 1);
+  EXPECT_CONTAINS(config_error("tensor_parallel", 0), "config.tensor_parallel must be an integer");
+  // 3 does not divide the world of 1; a split and stages together are not built yet.
+  EXPECT_CONTAINS(config_error("tensor_parallel", 3),
+                  "config.tensor_parallel (3) must divide config.world_size (1)");
+  j["config"]["pipeline_stages"] = 2;
+  const std::string both = error_of([&] { plan_from_json(j, "plan.json"); });
+  EXPECT_CONTAINS(both, "cannot both be above 1 yet");
+}
+
 TEST(Plan, BadBatchSizeNamesTheFileTheFieldAndTheValue) {
   const std::string e = config_error("batch_size", -3);
   EXPECT_EQ(e, "plan.json: config.batch_size must be a positive integer, got -3");
