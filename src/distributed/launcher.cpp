@@ -378,11 +378,12 @@ class RankWatch {
     result_.exit_code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 1;
     const long others =
         std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.running; });
-    SATURATE_LOG_WARN("launch: rank ", r.global, " (local ", r.local, ", pid ", r.pid,
-                      ") failed: ", result_.reason,
-                      others > 0 ? "; stopping the other " + std::to_string(others) +
-                                       " rank(s) on this node"
-                                 : std::string());
+    if (o_.warn_on_failure)
+      SATURATE_LOG_WARN("launch: rank ", r.global, " (local ", r.local, ", pid ", r.pid,
+                        ") failed: ", result_.reason,
+                        others > 0 ? "; stopping the other " + std::to_string(others) +
+                                         " rank(s) on this node"
+                                   : std::string());
     signal_ranks(ranks_, SIGTERM);
     kill_at_ = grace_deadline();
   }

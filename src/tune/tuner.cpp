@@ -84,6 +84,20 @@ Plan tune(TrialRunner& runner, const RunConfig& base, const TuneOptions& options
       if (stage.optional && s.skip_over_budget(stage.name)) continue;
       stage.run(s);
     }
+  } catch (const tune_detail::DoesNotFit& e) {
+    s.plan.one_process_does_not_fit = true;
+    // The user's configuration, for the ranks stage to split. Its evaluation was not measured:
+    // in batches no larger than the training batch, which the split holds.
+    s.current = s.base;
+    TrainOptions& t = s.current.train;
+    const bool smaller = t.eval_batch_size > t.batch_size;
+    if (smaller) t.eval_batch_size = t.batch_size;
+    s.plan.quality.status = QualityStatus::kNotRun;
+    s.plan.quality.why = "not run: one process cannot hold the model";
+    s.finish_stage("check", 0, 0, smaller,
+                   e.why + (smaller ? "; evaluation in batches of the training batch, " +
+                                          std::to_string(t.batch_size) + " (not measured)"
+                                    : std::string()));
   } catch (const tune_detail::Interrupted&) {
     s.plan.interrupted = true;
     s.plan.quality.status = QualityStatus::kNotRun;

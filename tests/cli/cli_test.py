@@ -1471,6 +1471,57 @@ def case_issue19_tune_measures_tensor_parallel_when_memory_binds(tmp):
         fail(f"a rank's peak {s['peak_memory_bytes']} is not within 80 MiB")
 
 
+def case_issue19_tune_splits_a_model_one_process_cannot_hold(tmp):
+    # A GPT whose weights, gradients and AdamW moments alone (about 200 MB) exceed 160 MiB: one
+    # sample does not fit one process, so tune leaves the layout to its ranks stage, which
+    # measures the model as 2 pipeline stages and split by tensor over 2 ranks and keeps one
+    # that runs; train --config then trains an epoch under the same limit. Under 100 MiB
+    # neither split runs either: one line, exit 2.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    if len(os.sched_getaffinity(0)) < 2:
+        print("one usable core: no split to measure")
+        return
+    text = os.path.join(tmp, "text.txt")
+    with open(os.path.join(LICENSES, "GPL-3"), encoding="utf-8") as f:
+        body = f.read()[:12000]
+    with open(text, "w", encoding="utf-8") as f:
+        f.write(body)
+    common = ["--model", "gpt-mini:layers=4,heads=4,width=512", "--data", "text:" + text,
+              "--seq-len", "32"]
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", *common, "--batch-size", "8", "--memory-limit", "160MiB",
+                         "--max-ranks", "2", "--out", plan_path, timeout=280)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    [check] = [s for s in plan["stages"] if s["name"] == "check"]
+    [ranks] = [s for s in plan["stages"] if s["name"] == "ranks"]
+    if "one sample does not fit one process" not in check["why"]:
+        fail(f"check: {check['why']}")
+    c = plan["config"]
+    if not ranks["changed"] or c["world_size"] != 2 or \
+            max(c["tensor_parallel"], c["pipeline_stages"]) != 2 or c["batch_size"] != 8:
+        fail(f"the plan does not split the model: {c}\n{ranks['why']}")
+    if "one process does not run within the memory limit" not in ranks["why"]:
+        fail(f"ranks: {ranks['why']}")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, *common, "--epochs", "1", "-q",
+                         "--summary-json", summary, timeout=280)
+    if code != 0:
+        fail(f"train --config: exit {code}\n{err[-3000:]}")
+    with open(summary) as f:
+        s = json.load(f)
+    if s["epochs"] < 0.99 or not 0 < s["peak_memory_bytes"] <= 160 << 20:
+        fail(f"train --config: {s['epochs']} epochs, peak {s['peak_memory_bytes']}")
+    code, out, err = run("tune", *common, "--batch-size", "8", "--memory-limit", "100MiB",
+                         "--max-ranks", "2", "--out", os.path.join(tmp, "none.json"), timeout=280)
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    if code != 2 or "no split of the model over processes ran within it" not in last or \
+            os.path.exists(os.path.join(tmp, "none.json")):
+        fail(f"under 100 MiB: exit {code}, last line: {last}")
+
+
 def case_issue19_pipeline_bad_input(tmp):
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     data = make_idx_dir(tmp, n_train=256, n_test=64)

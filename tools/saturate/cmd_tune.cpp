@@ -143,10 +143,10 @@ int run_tune(const std::vector<std::string>& args) {
                                                : recipe.train.epochs * input.source->size();
   o.eval_samples = val_samples;
   o.tune_eval_batch = app.count("--eval-batch-size") == 0;  // a given one is only checked
-  // The ranks of a CPU node share its memory: without a --memory-limit each plans for its share.
-  int64_t memory_limit = recipe.memory_limit_bytes;
-  if (dp.group && dp.device.is_cpu() && memory_limit == 0)
-    memory_limit = host_memory_share(dp.env.local_world_size);
+  // Read before the memory limit is in force.
+  const ModelLayoutFacts layout = model_layout_facts(f.rf.model, input);
+  const int64_t memory_limit = tune_memory_limit(recipe, dp);
+  o.model_splits = may_split(recipe, dp, layout, f.max_ranks, memory_limit);
   auto memory = make_device_memory(dp.device, memory_limit);
   TorchTrialRunner runner(f.rf.model, input, dp.device, *memory, o.search.max_batch);
   ConsoleProgress progress(std::cerr, /*is_tty=*/true, "tune", 200.0, /*transient=*/true);
@@ -174,8 +174,8 @@ int run_tune(const std::vector<std::string>& args) {
   // Processes × threads: measured through train itself, as the plan will run. Not when this
   // tune is itself one rank of a job (the launcher chose the processes).
   if (!plan.interrupted && !dist_env_from_environment().is_distributed())
-    run_ranks_stage(plan, recipe, input, f.rf.model, f.max_ranks, o.budget_s,
-                    runner.memory_limit_bytes());
+    run_ranks_stage(plan, recipe, layout, f.max_ranks, o.budget_s, runner.memory_limit_bytes());
+  check_some_layout_runs(plan, runner.memory_limit_bytes());
   RunFacts facts = environment_facts(
       recipe.probe, recipe.device,
       plan.config.threads * std::max(1, dp.group ? dp.env.local_world_size : plan.config.world_size),

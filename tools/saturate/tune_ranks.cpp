@@ -13,6 +13,8 @@
 #include "command.h"
 #include "saturate/core/json.h"
 #include "saturate/core/strings.h"
+#include "saturate/core/units.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/device/threads.h"
 #include "saturate/distributed/launcher.h"
 #include "saturate/models/model.h"
@@ -35,6 +37,7 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   o.nproc_per_node = c.world_size;
   o.prefix = false;
   o.quiet = true;
+  o.warn_on_failure = false;  // the stage records each failed run with its reason
   o.grace_s = 5;
   o.command = {self_executable(),   "train",
                "--config",          plan_path_,
@@ -76,20 +79,58 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   return job;
 }
 
-void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& input,
-                     const std::string& model, int max_ranks, double budget_s,
-                     int64_t memory_limit_bytes) {
+ModelLayoutFacts model_layout_facts(const std::string& model, const TrainingInput& input) {
+  ModelLayoutFacts f;
+  auto m = make_model(model, model_inputs_for(input));
+  f.has_buffers = m->state_tensors().size() > m->parameters().size();
+  for (const at::Tensor& p : m->parameters()) f.param_bytes += p.numel() * p.element_size();
+  f.pipeline_layers = m->pipeline_layers();
+  for (int n = 2; n <= usable_cores(); n *= 2)
+    if (m->tensor_parallel_problem(n).empty()) f.tensor_parallel_sizes.push_back(n);
+  return f;
+}
+
+bool ModelLayoutFacts::splits(int max_ranks) const {
+  if (usable_cores() < 2 || (max_ranks > 0 && max_ranks < 2)) return false;
+  return pipeline_layers >= 2 || !tensor_parallel_sizes.empty();
+}
+
+// The ranks of a CPU node share its memory: without a --memory-limit each plans for its share.
+int64_t tune_memory_limit(const Recipe& recipe, const DataParallelRun& dp) {
+  int64_t memory_limit = recipe.memory_limit_bytes;
+  if (dp.group && dp.device.is_cpu() && memory_limit == 0)
+    memory_limit = host_memory_share(dp.env.local_world_size);
+  return memory_limit;
+}
+
+// One process that cannot hold one sample leaves the layout to the ranks stage, where it can
+// split the model over processes (not when this tune is one rank of a launched job). Each of
+// them builds the whole model before it keeps its part: weights alone past the limit cannot be
+// split here.
+bool may_split(const Recipe& recipe, const DataParallelRun& dp, const ModelLayoutFacts& layout,
+               int max_ranks, int64_t memory_limit) {
+  return recipe.device.is_cpu() && !dp.group && layout.splits(max_ranks) &&
+         (memory_limit == 0 || layout.param_bytes < memory_limit);
+}
+
+// After the ranks stage: a model one process could not hold trains only split.
+void check_some_layout_runs(const Plan& plan, int64_t memory_limit) {
+  SATURATE_CHECK(!plan.one_process_does_not_fit || plan.interrupted ||
+                     plan.config.ranks_per_replica() > 1,
+                 "tune: one sample does not fit one process under the ", format_bytes(memory_limit),
+                 " memory limit, and no split of the model over processes ran within it either "
+                 "(the ranks stage above); raise --memory-limit or pick a smaller model");
+}
+
+void run_ranks_stage(Plan& plan, const Recipe& recipe, const ModelLayoutFacts& model,
+                     int max_ranks, double budget_s, int64_t memory_limit_bytes) {
   RanksStageOptions ri;
   ri.on_cpu = recipe.device.is_cpu();
   ri.cores = usable_cores();
   ri.max_ranks = max_ranks > 0 ? max_ranks : ri.cores;
-  {
-    auto m = make_model(model, model_inputs_for(input));
-    ri.model_has_buffers = m->state_tensors().size() > m->parameters().size();
-    ri.pipeline_layers = m->pipeline_layers();
-    for (int n = 2; n <= ri.cores; n *= 2)
-      if (m->tensor_parallel_problem(n).empty()) ri.tensor_parallel_sizes.push_back(n);
-  }
+  ri.model_has_buffers = model.has_buffers;
+  ri.pipeline_layers = model.pipeline_layers;
+  ri.tensor_parallel_sizes = model.tensor_parallel_sizes;
   // Memory bound the plan: the user's configuration ran out of memory, the plan's did (no
   // measurement), or it fits only through accumulation or recomputation.
   const TrainOptions& t = plan.config.train;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "saturate/core/temp_folder.h"
 #include "saturate/data/training_input.h"
@@ -29,11 +30,33 @@ class LaunchJobRunner : public JobRunner {
   std::string plan_path_, summary_path_;
 };
 
+/// What the ranks stage needs to know of the model, read once before any memory limit is in
+/// force: whether it keeps BatchNorm statistics, and how it splits over processes.
+struct ModelLayoutFacts {
+  bool has_buffers = false;
+  int64_t param_bytes = 0;  ///< the whole model's parameters
+  int64_t pipeline_layers = 0;
+  std::vector<int> tensor_parallel_sizes;  ///< process counts up to the usable cores
+  /// The ranks stage could split it over this host's processes (at least 2 usable cores and
+  /// --max-ranks): TuneOptions::model_splits.
+  bool splits(int max_ranks) const;
+};
+ModelLayoutFacts model_layout_facts(const std::string& model, const TrainingInput& input);
+
+/// The memory limit a tune's trials run under: --memory-limit, or under a launcher on a CPU
+/// node without one, this rank's share of the host.
+int64_t tune_memory_limit(const Recipe& recipe, const DataParallelRun& dp);
+/// TuneOptions::model_splits for this tune: on a CPU, not as one rank of a launched job, a
+/// model that splits over this host's processes and whose weights fit the limit.
+bool may_split(const Recipe& recipe, const DataParallelRun& dp, const ModelLayoutFacts& layout,
+               int max_ranks, int64_t memory_limit);
+/// After the ranks stage: exit 2 when one process could not hold the model and no split ran.
+void check_some_layout_runs(const Plan& plan, int64_t memory_limit);
+
 /// The ranks stage of `saturate tune` on this host: 1 process against 2, 4, ... (up to
 /// `max_ranks`, 0: the usable cores) through LaunchJobRunner, inside the budget the tune left;
 /// prints the stage when it ran and adds its time to the plan's.
-void run_ranks_stage(Plan& plan, const Recipe& recipe, const TrainingInput& input,
-                     const std::string& model, int max_ranks, double budget_s,
-                     int64_t memory_limit_bytes);
+void run_ranks_stage(Plan& plan, const Recipe& recipe, const ModelLayoutFacts& model,
+                     int max_ranks, double budget_s, int64_t memory_limit_bytes);
 
 }  // namespace saturate::cli

@@ -30,6 +30,9 @@ struct LaunchOptions {
   double grace_s = 10;  ///< after a failure or a forwarded SIGTERM/SIGHUP, before SIGKILL
   bool prefix = true;   ///< "[rank N] " before each line of the ranks' output
   bool quiet = false;   ///< no info line at the start (warnings about failures stay)
+  /// A rank's failure as a warning line; off for a caller that reports it itself (the tune's
+  /// ranks stage, which records each failed run).
+  bool warn_on_failure = true;
 };
 
 struct LaunchResult {

@@ -119,6 +119,9 @@ struct Plan {
   double tune_wall_s = 0;
   double budget_s = 0;      ///< the --budget-s it ran under (0: none)
   bool interrupted = false;  ///< stopped early (Ctrl-C): the stages so far, quality unchecked
+  /// One sample did not fit one process (TuneOptions::model_splits): no stage ran past the
+  /// check, and only a layout over processes can train the model. Not written to the file.
+  bool one_process_does_not_fit = false;
   /// The recipe's input flags, so `train --config` builds the pipeline the trials measured.
   int64_t crop = 0, pad = 0;
   bool flip = false;

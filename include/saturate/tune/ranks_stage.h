@@ -30,6 +30,7 @@ struct RanksStageOptions {
   double min_gain = 0.03;  ///< more processes must be this much faster, and beyond noise
   int rounds = 2;          ///< runs per candidate, alternating
   double startup_guess_s = 1.5;  ///< a run's start-up until the first run measures it
+  double unknown_run_s = 5;      ///< a run's training time when no rate was measured
   /// Pipeline stages (issue 19): when the user's configuration did not fit one process's memory
   /// (`user_did_not_fit`: the plan fits by accumulation or recomputation) and the model's chain
   /// has this many layers (0: it cannot be split), the plan's global batch is also measured as

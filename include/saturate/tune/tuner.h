@@ -66,6 +66,10 @@ struct TuneOptions {
   bool eval_batch_stage = true;
   int64_t eval_batches = 2;
   double eval_tolerance = 0.03;  ///< the largest batch within this share of the fastest wins
+  /// The model can be split over processes (pipeline stages or tensor parallel), which the
+  /// caller's ranks stage measures: when one sample does not fit one process, tune() then
+  /// returns the user's configuration with `one_process_does_not_fit` set instead of failing.
+  bool model_splits = false;
   /// Set (by Ctrl-C) to stop at the next trial boundary; tune() then returns the plan so far
   /// with `interrupted` set.
   const std::atomic<bool>* stop = nullptr;

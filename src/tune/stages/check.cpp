@@ -17,10 +17,16 @@ void check(TuneState& s) {
   s.check_stop();
   const TrialOutcome t = s.runner.run(req);
   s.record("check", "one sample", req.config, t);
-  SATURATE_CHECK(s.safe(t), "tune: one sample does not fit in ", format_bytes(s.target_bytes()),
-                 " (", format_bytes(s.runner.memory_limit_bytes()), " memory limit less the ",
-                 static_cast<int>(s.o.search.reserve * 100 + 0.5),
-                 "% reserve); raise --memory-limit or pick a smaller model");
+  if (s.safe(t)) return;
+  const std::string where = format_bytes(s.target_bytes()) + " (" +
+                            format_bytes(s.runner.memory_limit_bytes()) + " memory limit less the " +
+                            std::to_string(static_cast<int>(s.o.search.reserve * 100 + 0.5)) +
+                            "% reserve)";
+  if (s.o.model_splits)
+    throw DoesNotFit{"one sample does not fit one process in " + where +
+                     ": only the model split over processes can train it (the ranks stage)"};
+  SATURATE_CHECK(false, "tune: one sample does not fit in ", where,
+                 "; raise --memory-limit or pick a smaller model");
 }
 
 }  // namespace saturate::tune_detail

@@ -254,11 +254,13 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
     return;
   }
   // Long enough for a steady state past the untimed warm-up: about 1.5 s of training each.
-  // The plan's own rate; the baseline's when the plan's was not measured (out of memory).
-  const double sps = std::max({1.0, plan.tuned.samples_per_s, plan.baseline.samples_per_s});
+  // The plan's own rate; the baseline's when the plan's was not measured (out of memory); the
+  // fewest steps and a guess of the time when neither was (one process cannot hold the model).
+  const double known = std::max(plan.tuned.samples_per_s, plan.baseline.samples_per_s);
+  const double sps = std::max(1.0, known);
   const int64_t steps = std::clamp<int64_t>(
       static_cast<int64_t>(1.5 * sps / static_cast<double>(global)), 20, 300);
-  const double train_s = static_cast<double>(steps * global) / sps;
+  const double train_s = known > 0 ? static_cast<double>(steps * global) / sps : o.unknown_run_s;
   double per_run_s = o.startup_guess_s + train_s;  // corrected once a run measured it
   const auto runs_total = static_cast<double>(o.rounds) * static_cast<double>(candidates.size());
   if (o.budget_left_s >= 0 && per_run_s * runs_total > o.budget_left_s) {

@@ -27,6 +27,12 @@ namespace saturate::tune_detail {
 
 /// Thrown at a trial boundary once the stop flag is set; tune() returns the plan so far.
 struct Interrupted {};
+/// Thrown by the check when one sample does not fit one process but the model splits over
+/// processes (TuneOptions::model_splits): tune() returns the user's configuration for the
+/// caller's ranks stage. `why`: the check's numbers.
+struct DoesNotFit {
+  std::string why;
+};
 
 /// One configuration a stage may move to, and how its report names it ("bf16", "4 threads").
 struct Candidate {

@@ -1043,4 +1043,30 @@ TEST(Tuner, Issue35_TheGoodputCurveIsReadBothWaysSoDriftDoesNotPickTheBatch) {
   }
 }
 
+TEST(Tuner, Issue19_OneSampleThatDoesNotFitOneProcessLeavesTheLayoutToTheRanksStage) {
+  // The model's own state takes more than the limit: one sample cannot train in one process.
+  SimulatedProfile heavy = gpu_like();
+  heavy.fixed_bytes = 15LL << 30;
+  RunConfig base = user(32);
+  base.train.eval_batch_size = 1000;
+  TuneOptions o = options();
+  {
+    SimulatedDevice dev(heavy, 1);
+    EXPECT_THROW(tune(dev, base, o), Error) << "a model that cannot be split ends the tune";
+  }
+  o.model_splits = true;
+  SimulatedDevice dev(heavy, 1);
+  std::vector<std::string> heard;
+  const Plan p = tune(dev, base, o, [&](const PlanStage& s) { heard.push_back(s.name); });
+  EXPECT_EQ(heard, std::vector<std::string>{"check"}) << "no stage runs in one process";
+  EXPECT_TRUE(p.one_process_does_not_fit);
+  EXPECT_FALSE(p.interrupted);
+  EXPECT_EQ(p.config.train.batch_size, 32) << "the user's configuration, to split";
+  EXPECT_EQ(p.config.train.eval_batch_size, 32) << "evaluation no larger than the batch";
+  EXPECT_EQ(p.quality.status, QualityStatus::kNotRun);
+  EXPECT_NE(stage(p, "check").why.find("one sample does not fit one process"), std::string::npos)
+      << stage(p, "check").why;
+  EXPECT_EQ(p.tuned.samples_per_s, 0);
+}
+
 }  // namespace saturate
