@@ -333,7 +333,11 @@ PipelineStage::PipelineStage(DistGroup& group, Model& stage, PipelineOptions opt
 
 PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
                                                   const at::Tensor& targets, PhaseTimer* timer) {
-  const int64_t micro = options_.micro_batches;
+  // An epoch's last batch may be smaller than M: then one micro-batch a sample. Every stage is
+  // given the batch, so each comes to the same count.
+  const at::Tensor& batch = inputs.defined() ? inputs : targets;
+  const int64_t micro = batch.defined() ? std::min(options_.micro_batches, batch.size(0))
+                                        : options_.micro_batches;
   StepRun run(group_, stage_, index_, count_, micro, inputs, targets, timer);
   if (options_.schedule == PipelineSchedule::kGPipe) {
     while (run.forwards_done() < micro) run.forward();

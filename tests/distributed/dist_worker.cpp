@@ -13,7 +13,7 @@
 //   dist_worker noise_scale               the gradient noise scale measured across the ranks
 //                                         (and with accumulation) within 10% of the truth
 //   dist_worker pipeline [MODEL]          the ranks as pipeline stages (GPipe and 1F1B, M = 1,
-//                                         4, 8) end 5 SGD steps with one process's parameters
+//                                         4, 8) end 6 SGD steps (the last batch of 3) with one process's parameters
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -392,10 +392,12 @@ std::pair<at::Tensor, at::Tensor> eval_batch(const ModelInputs& in) {
   return random_samples(in, 50);
 }
 
+// 5 batches of 32, then an epoch's last, smaller batch of 3: fewer samples than most M.
 std::vector<std::pair<at::Tensor, at::Tensor>> pipeline_batches(const ModelInputs& in) {
   torch::manual_seed(11);
   std::vector<std::pair<at::Tensor, at::Tensor>> batches;
   for (int i = 0; i < 5; ++i) batches.push_back(random_samples(in, 32));
+  batches.push_back(random_samples(in, 3));
   return batches;
 }
 
