@@ -2467,14 +2467,15 @@ def case_issue16_divergence_stops_with_a_diagnosis(tmp):
 
 
 def case_issue15_profile_names_the_slow_rank(tmp):
-    # Two ranks by hand; rank 1 decodes every sample for 400 us (synthetic data with a decode
-    # cost), so it is slower and rank 0 waits for it in the all-reduce. Rank 0's profile shows
+    # Two ranks by hand; rank 1 decodes every sample for 800 us (synthetic data with a decode
+    # cost; 400 us once left it within 10% of rank 0 on a loaded machine), so it is slower and
+    # rank 0 waits for it in the all-reduce. Rank 0's profile shows
     # both ranks and the rank-skew finding with the measured numbers.
     port = free_port()
     procs = []
     try:
         for r in range(2):
-            data = "synthetic:1,28,28,10,4096" + (",400" if r == 1 else "")
+            data = "synthetic:1,28,28,10,4096" + (",800" if r == 1 else "")
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             procs.append(subprocess.Popen(
