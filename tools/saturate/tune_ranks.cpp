@@ -43,6 +43,8 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
                "--config",          plan_path_,
                "--batch-size",      std::to_string(c.train.batch_size),
                "--accumulate",      std::to_string(c.train.accumulate),
+               // A split drops the plan file's recomputation: the flag overrides the file.
+               "--recompute-segments", std::to_string(c.train.recompute_segments),
                "--threads",         std::to_string(c.threads),
                "--steps",           std::to_string(request.steps),
                "--no-eval",         "-q",
