@@ -50,31 +50,31 @@ RunConfig as_ranks(const RunConfig& c, int ranks, int threads) {
   return out;
 }
 
-// The plan's global batch as `stages` pipeline stages of one replica: the whole batch in one
-// step, no accumulation or recomputation (the pipeline's micro-batches hold the memory down).
-RunConfig as_pipeline(const RunConfig& c, int stages, int threads) {
+// The plan's global batch as one replica over `ranks` processes that share the model between
+// them, each step whole: no accumulation or recomputation, which a split does not do yet.
+RunConfig as_one_replica(const RunConfig& c, int ranks, int threads) {
   RunConfig out = c;
-  out.world_size = stages;
-  out.pipeline_stages = stages;
+  out.world_size = ranks;
   out.threads = threads;
   out.train.batch_size = c.train.batch_size * c.world_size;
   out.train.accumulate = 1;
   out.train.recompute_segments = 0;
+  return out;
+}
+
+// ... as `stages` pipeline stages (the pipeline's micro-batches hold the memory down).
+RunConfig as_pipeline(const RunConfig& c, int stages, int threads) {
+  RunConfig out = as_one_replica(c, stages, threads);
+  out.pipeline_stages = stages;
   out.micro_batches = std::min<int64_t>(4 * stages, out.train.batch_size);
   out.pipeline_schedule = "1f1b";
   return out;
 }
 
-// The plan's global batch split by tensor over `ranks` processes of one replica, each taking
-// the whole batch in one step (a split cannot accumulate or recompute yet).
+// ... split by tensor, every process taking the whole batch.
 RunConfig as_tensor_parallel(const RunConfig& c, int ranks, int threads) {
-  RunConfig out = c;
-  out.world_size = ranks;
+  RunConfig out = as_one_replica(c, ranks, threads);
   out.tensor_parallel = ranks;
-  out.threads = threads;
-  out.train.batch_size = c.train.batch_size * c.world_size;
-  out.train.accumulate = 1;
-  out.train.recompute_segments = 0;
   return out;
 }
 
