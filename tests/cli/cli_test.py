@@ -1348,6 +1348,35 @@ def case_issue19_tune_measures_pipeline_stages_when_memory_binds(tmp):
     print(f"plan: {c['pipeline_stages']} stage(s); {stage['why'][-200:]}")
 
 
+def train_layouts(tmp, common, layouts):
+    """Runs `train` with `common` plus each layout's flags; a name ending in x2 runs as 4 ranks
+    under launch (2 replicas). Returns {name: (summary, stdout)}."""
+    results = {}
+    for name, extra in layouts:
+        path = os.path.join(tmp, name + ".json")
+        argv = common + extra + ["--summary-json", path]
+        if name.endswith("x2"):
+            argv = ["launch", "--nproc-per-node", "4", "--"] + argv
+        code, out, err = run(*argv, timeout=240)
+        if code != 0:
+            fail(f"{name}: exit {code}\n{out}\n{err[-3000:]}")
+        with open(path) as f:
+            results[name] = (json.load(f), out)
+    return results
+
+
+def losses_as_one_process(results, split, replicated):
+    """The split's final and validation losses are one process's; with replicas only the
+    validation loss (the training loss is rank 0's replica's, its half of each batch, as under
+    data parallel)."""
+    a = results["one"][0]
+    for name, keys in ((split, ("final_loss", "val_loss")), (replicated, ("val_loss",))):
+        b = results[name][0]
+        for k in keys:
+            if abs(a[k] - b[k]) > 1e-4 * abs(a[k]):
+                fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
+
+
 def case_issue19_train_tensor_parallel_as_one_process(tmp):
     # train --tensor-parallel 2 starts 2 ranks, each holding half of every block's attention
     # heads and MLP columns; 2 x 2 ranks add data parallel over the replicas. Their losses are
@@ -1356,31 +1385,17 @@ def case_issue19_train_tensor_parallel_as_one_process(tmp):
     common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
               "text:" + LICENSES, "--seq-len", "32", "--steps", "12", "--lr", "1e-3",
               "--threads", "1", "-q"]
-    results = {}
-    for name, extra in (("one", ["--batch-size", "8"]),
-                        ("tp2", ["--batch-size", "8", "--tensor-parallel", "2"]),
-                        ("tp2x2", ["--batch-size", "4", "--tensor-parallel", "2"])):
-        path = os.path.join(tmp, name + ".json")
-        argv = common + extra + ["--summary-json", path]
-        if name == "tp2x2":
-            argv = ["launch", "--nproc-per-node", "4", "--"] + argv
-        code, out, err = run(*argv, timeout=240)
-        if code != 0:
-            fail(f"{name}: exit {code}\n{out}\n{err[-3000:]}")
-        with open(path) as f:
-            results[name] = json.load(f)
+    results = train_layouts(tmp, common, (("one", ["--batch-size", "8"]),
+                                          ("tp2", ["--batch-size", "8", "--tensor-parallel", "2"]),
+                                          ("tp2x2", ["--batch-size", "4", "--tensor-parallel", "2"])))
+    for name, (_, out) in results.items():
         if name != "one" and "tensor parallel 2 ranks split each block's attention heads" not in out:
             fail(f"{name}: the table does not show the split:\n{out}")
-    a = results["one"]
     for name in ("tp2", "tp2x2"):
-        b = results[name]
+        b = results[name][0]
         if b["tensor_parallel"] != 2 or b["global_batch_size"] != 8:
             fail(f"{name}: tensor_parallel {b['tensor_parallel']}, global batch {b['global_batch_size']}")
-        # With replicas the training loss is rank 0's replica's (its half of each batch), as
-        # under data parallel; the validation loss is the model's.
-        for k in ("final_loss", "val_loss") if name == "tp2" else ("val_loss",):
-            if abs(a[k] - b[k]) > 1e-4 * abs(a[k]):
-                fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
+    losses_as_one_process(results, "tp2", "tp2x2")
 
 
 def case_issue19_train_gpt_pipeline_as_one_process(tmp):
@@ -1394,33 +1409,20 @@ def case_issue19_train_gpt_pipeline_as_one_process(tmp):
               "text:" + LICENSES, "--seq-len", "32", "--steps", "8", "--optimizer", "sgd",
               "--lr", "0.5", "--schedule", "constant", "--clip-grad-norm", "0.2",
               "--threads", "1", "-q"]
-    results = {}
-    for name, extra in (("one", ["--batch-size", "8"]),
-                        ("pp2", ["--batch-size", "8", "--pipeline-stages", "2",
-                                 "--micro-batches", "4"]),
-                        ("pp2x2", ["--batch-size", "4", "--pipeline-stages", "2",
-                                   "--micro-batches", "2", "--pipeline-split", "even"])):
-        path = os.path.join(tmp, name + ".json")
-        argv = common + extra + ["--summary-json", path]
-        if name == "pp2x2":
-            argv = ["launch", "--nproc-per-node", "4", "--"] + argv
-        code, out, err = run(*argv, timeout=240)
-        if code != 0:
-            fail(f"{name}: exit {code}\n{out}\n{err[-3000:]}")
-        with open(path) as f:
-            results[name] = json.load(f)
-    a = results["one"]
+    results = train_layouts(tmp, common, (
+        ("one", ["--batch-size", "8"]),
+        ("pp2", ["--batch-size", "8", "--pipeline-stages", "2", "--micro-batches", "4"]),
+        ("pp2x2", ["--batch-size", "4", "--pipeline-stages", "2", "--micro-batches", "2",
+                   "--pipeline-split", "even"])))
     for name in ("pp2", "pp2x2"):
-        b = results[name]
+        b = results[name][0]
         p = b["pipeline"]
         if p is None or p["stages"] != 2 or b["global_batch_size"] != 8:
             fail(f"{name}: pipeline {p}, global batch {b['global_batch_size']}")
         st = p["per_stage"]
         if st[0]["first_layer"] != 0 or st[1]["last_layer"] != 3:
             fail(f"{name}: the stages' layers {st} (4: the embeddings, 2 blocks, the head)")
-        for k in ("final_loss", "val_loss") if name == "pp2" else ("val_loss",):
-            if abs(a[k] - b[k]) > 1e-4 * abs(a[k]):
-                fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
+    losses_as_one_process(results, "pp2", "pp2x2")
 
 
 def case_issue19_tune_measures_tensor_parallel_when_memory_binds(tmp):
