@@ -66,7 +66,8 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// One configuration: this stage's median bubble, step time and peak memory above the idle one.
+// One configuration: this stage's median bubble, step time, peak memory above the idle one and
+// compute time.
 std::vector<double> run(DistGroup& g, const Args& a, int64_t micro, PipelineSchedule schedule,
                         DeviceMemory& memory) {
   torch::manual_seed(1);
@@ -77,7 +78,7 @@ std::vector<double> run(DistGroup& g, const Args& a, int64_t micro, PipelineSche
   PipelineStage pipe(g, *stage, {micro, schedule});
   const at::Tensor x = torch::randn({a.batch, a.width});
   const at::Tensor y = torch::randint(0, a.width, {a.batch});
-  std::vector<double> bubble, step_ms;
+  std::vector<double> bubble, step_ms, compute_ms;
   int64_t peak = 0;
   for (int64_t s = 0; s < a.steps + 3; ++s) {
     sgd.zero_grad();
@@ -92,9 +93,10 @@ std::vector<double> run(DistGroup& g, const Args& a, int64_t micro, PipelineSche
     if (s < 3) continue;  // warm-up
     bubble.push_back(1 - st.compute_ms / ms);
     step_ms.push_back(ms);
+    compute_ms.push_back(st.compute_ms);
     peak = std::max(peak, memory.snapshot().peak_memory_bytes - before);
   }
-  return {median(bubble), median(step_ms), static_cast<double>(peak)};
+  return {median(bubble), median(step_ms), static_cast<double>(peak), median(compute_ms)};
 }
 
 }  // namespace
@@ -115,20 +117,29 @@ int main(int argc, char** argv) {
       const auto all = g->allgather(run(*g, a, m, schedule, *memory));
       if (g->rank() != 0) continue;
       const double formula = pipeline_bubble(S, m);
-      double mean = 0;
+      // The schedule's bubble where the stages' compute c_s differs: a step takes
+      // (sum c_s + (M - 1) max c_s) / M, which is (S-1)/(M+S-1) of it idle when all are equal.
+      double sum_c = 0, max_c = 0;
+      for (int r = 0; r < S; ++r) {
+        sum_c += all[r][3];
+        max_c = std::max(max_c, all[r][3]);
+      }
+      const double expected_step = (sum_c + static_cast<double>(m - 1) * max_c) / static_cast<double>(m);
+      double mean = 0, expected = 0;
       std::string per_stage, peaks;
       for (int r = 0; r < S; ++r) {
         mean += all[r][0] / S;
+        expected += (1 - all[r][3] / expected_step) / S;
         char buf[64];
         std::snprintf(buf, sizeof buf, "%s%.3f", r ? " " : "", all[r][0]);
         per_stage += buf;
         std::snprintf(buf, sizeof buf, "%s%.2f", r ? " " : "", all[r][2] / (1 << 20));
         peaks += buf;
       }
-      std::printf("%-5s M=%-2lld bubble %.3f (stages %s) vs (S-1)/(M+S-1) %.3f; step %.1f ms; "
-                  "peak MiB per stage %s\n",
+      std::printf("%-5s M=%-2lld bubble %.3f (stages %s) vs (S-1)/(M+S-1) %.3f, with the stages' "
+                  "imbalance %.3f; step %.1f ms; peak MiB per stage %s\n",
                   to_string(schedule).c_str(), static_cast<long long>(m), mean, per_stage.c_str(),
-                  formula, all[0][1], peaks.c_str());
+                  formula, expected, all[0][1], peaks.c_str());
     }
   }
   return 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -25,16 +26,30 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Point-to-point tags: micro-batch m's activation header, its data, and its gradient.
+// Point-to-point tags: micro-batch m's activation header, its data, its gradient, and its data
+// when its shape is not the one the receiver posted for (ActivationSender).
 int header_tag(int64_t m) { return static_cast<int>(4 * m); }
 int data_tag(int64_t m) { return static_cast<int>(4 * m + 1); }
 int grad_tag(int64_t m) { return static_cast<int>(4 * m + 2); }
+int reshaped_data_tag(int64_t m) { return static_cast<int>(4 * m + 3); }
 
 constexpr int64_t kMaxDims = 8;
 
-// An activation travels as a header (dims, dtype, sizes) then its data: the receiving stage
-// does not know the shape its neighbour's layers give.
-void send_activation(DistGroup& g, const at::Tensor& t, int peer, int64_t m) {
+// An activation's shape and type, which travel ahead of its data: the receiving stage does not
+// know what its neighbour's layers give.
+struct Layout {
+  std::vector<int64_t> sizes;
+  at::ScalarType type = at::kFloat;
+  bool operator==(const Layout& o) const { return sizes == o.sizes && type == o.type; }
+  at::Tensor empty(const c10::Device& device) const {
+    return torch::empty(sizes, torch::TensorOptions().dtype(type).device(device));
+  }
+};
+
+Layout layout_of(const at::Tensor& t) { return {t.sizes().vec(), t.scalar_type()}; }
+
+// The header on the tensor's device (NCCL sends only device tensors): dims, type, sizes.
+at::Tensor header_of(const at::Tensor& t) {
   SATURATE_CHECK(t.dim() <= kMaxDims, "pipeline: a stage's output has ", t.dim(),
                  " dimensions; at most ", kMaxDims, " can be sent");
   at::Tensor header = torch::zeros({kMaxDims + 2}, torch::kLong);
@@ -42,46 +57,115 @@ void send_activation(DistGroup& g, const at::Tensor& t, int peer, int64_t m) {
   h[0] = t.dim();
   h[1] = static_cast<int64_t>(t.scalar_type());
   for (int64_t d = 0; d < t.dim(); ++d) h[2 + d] = t.size(d);
-  g.send(header, peer, header_tag(m));
+  return header.to(t.device());
+}
+
+at::Tensor empty_header(const c10::Device& device) {
+  return torch::empty({kMaxDims + 2}, torch::TensorOptions().dtype(torch::kLong).device(device));
+}
+
+Layout read_header(const at::Tensor& header, int peer) {
+  const at::Tensor host = header.cpu();
+  const auto* h = host.data_ptr<int64_t>();
+  SATURATE_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "pipeline: a corrupt activation header from rank ",
+                 peer);
+  return {std::vector<int64_t>(h + 2, h + 2 + h[0]), static_cast<at::ScalarType>(h[1])};
+}
+
+// Evaluation's plain exchange: the header, then the data received into its shape.
+void send_activation(DistGroup& g, const at::Tensor& t, int peer, int64_t m) {
+  g.send(header_of(t), peer, header_tag(m));
   g.send(t.detach().contiguous(), peer, data_tag(m));
 }
 
 at::Tensor recv_activation(DistGroup& g, int peer, int64_t m, const c10::Device& device) {
-  at::Tensor header = torch::empty({kMaxDims + 2}, torch::kLong);
+  at::Tensor header = empty_header(device);
   g.recv(header, peer, header_tag(m));
-  const auto* h = header.data_ptr<int64_t>();
-  SATURATE_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "pipeline: a corrupt activation header from rank ",
-                 peer);
-  std::vector<int64_t> sizes(h + 2, h + 2 + h[0]);
-  at::Tensor t = torch::empty(sizes, torch::TensorOptions()
-                                         .dtype(static_cast<c10::ScalarType>(h[1]))
-                                         .device(device));
+  at::Tensor t = read_header(header, peer).empty(device);
   g.recv(t, peer, data_tag(m));
   return t;
 }
+
+// A training step's activations, sent. Gloo moves a message only once its receive is posted, so
+// the receiving stage posts micro-batch m's data (m >= 1) as soon as it knows m - 1's header,
+// taking m - 1's shape for it; the data then arrives while that stage computes, instead of a
+// round trip later. A micro-batch of another shape (an uneven split's smaller ones) fills the
+// posted receive with a throwaway of the expected shape and goes under reshaped_data_tag.
+class ActivationSender {
+ public:
+  void send(DistGroup& g, const at::Tensor& t, int peer, int64_t m) {
+    const at::Tensor data = t.detach().contiguous();
+    const Layout now = layout_of(data);
+    g.send(header_of(data), peer, header_tag(m));
+    if (m == 0 || now == previous_) {
+      g.send(data, peer, data_tag(m));
+    } else {
+      g.send(previous_.empty(data.device()), peer, data_tag(m));
+      g.send(data, peer, reshaped_data_tag(m));
+    }
+    previous_ = now;
+  }
+
+ private:
+  Layout previous_;
+};
+
+// The receiving side of ActivationSender, for one step of `micro` micro-batches.
+class ActivationReceiver {
+ public:
+  ActivationReceiver(DistGroup& g, int peer, int64_t micro, const c10::Device& device)
+      : g_(g), peer_(peer), micro_(micro), device_(device) {
+    header_ = g_.post_recv(empty_header(device_), peer_, header_tag(0));
+  }
+
+  at::Tensor take(int64_t m) {
+    const Layout layout = read_header(header_.wait(), peer_);
+    DistGroup::PendingRecv data = std::move(data_);
+    data_ = {};
+    if (m + 1 < micro_) {  // the next one's receives, before this one's data is waited for
+      header_ = g_.post_recv(empty_header(device_), peer_, header_tag(m + 1));
+      data_ = g_.post_recv(layout.empty(device_), peer_, data_tag(m + 1));
+    }
+    if (m == 0) return g_.post_recv(layout.empty(device_), peer_, data_tag(0)).wait();
+    at::Tensor got = data.wait();
+    if (layout_of(got) == layout) return got;
+    return g_.post_recv(layout.empty(device_), peer_, reshaped_data_tag(m)).wait();
+  }
+
+ private:
+  DistGroup& g_;
+  int peer_;
+  int64_t micro_;
+  c10::Device device_;
+  DistGroup::PendingRecv header_, data_;
+};
 
 // The tags of the tied weights' exchange, above any micro-batch's.
 constexpr int kTiedCountTag = 1 << 24, kTiedGradTag = (1 << 24) + 1;
 
 // The first and the last stage's copies of a weight the chain's two ends share
 // (Model::pipeline_tied_parameters): each adds the other's gradient, so both copies take the
-// same step. The two first agree on how many elements they tie: a model tying on one end only
-// would otherwise leave the other waiting.
-void sum_tied_gradients(DistGroup& g, Model& stage, int index, int count, const c10::Device& device) {
+// same step. The two first agree on how many elements they tie (once, in the first step: it does
+// not change): a model tying on one end only would otherwise leave the other waiting.
+void sum_tied_gradients(DistGroup& g, Model& stage, int index, int count, const c10::Device& device,
+                        bool& agreed) {
   if (count < 2 || (index != 0 && index != count - 1)) return;
   const int peer = index == 0 ? count - 1 : 0;
   std::vector<at::Tensor> tied = stage.pipeline_tied_parameters();
   int64_t n = 0;
   for (const at::Tensor& t : tied) n += t.numel();
-  const auto on = torch::TensorOptions().device(device);
-  const at::Tensor mine = torch::full({1}, n, on.dtype(torch::kLong));
-  at::Tensor theirs = torch::empty({1}, on.dtype(torch::kLong));
-  g.send(mine, peer, kTiedCountTag);
-  g.recv(theirs, peer, kTiedCountTag);
-  g.wait_sends();
-  const int64_t other_n = theirs.cpu().item<int64_t>();
-  SATURATE_CHECK(other_n == n, "pipeline: stage ", index, " ties ", n,
-                 " parameter elements to stage ", peer, ", which ties ", other_n);
+  if (!agreed) {
+    const auto on = torch::TensorOptions().device(device);
+    const at::Tensor mine = torch::full({1}, n, on.dtype(torch::kLong));
+    at::Tensor theirs = torch::empty({1}, on.dtype(torch::kLong));
+    g.send(mine, peer, kTiedCountTag);
+    g.recv(theirs, peer, kTiedCountTag);
+    g.wait_sends();
+    const int64_t other_n = theirs.cpu().item<int64_t>();
+    SATURATE_CHECK(other_n == n, "pipeline: stage ", index, " ties ", n,
+                   " parameter elements to stage ", peer, ", which ties ", other_n);
+    agreed = true;
+  }
   if (n == 0) return;
   std::vector<at::Tensor> pieces;
   for (const at::Tensor& t : tied)
@@ -132,6 +216,7 @@ class StepRun {
     if (last_) ys_ = targets.tensor_split(micro);
     batch_ = last_ ? static_cast<double>(targets.size(0)) : 0;
     device_ = stage_device(stage, first_, inputs);
+    if (!first_) activations_.emplace(g, index - 1, micro, device_);
   }
 
   int64_t forwards_done() const { return next_forward_; }
@@ -150,7 +235,7 @@ class StepRun {
     if (first_) {
       h.input = xs_[h.m];
     } else {
-      h.input = recv_activation(g_, index_ - 1, h.m, device_);
+      h.input = activations_->take(h.m);
       stats_.wait_ms += ms_since(t0);
       mark(Phase::kCommunication);
       t0 = Clock::now();
@@ -168,10 +253,11 @@ class StepRun {
     stats_.compute_ms += ms_since(t0);
     mark(Phase::kForward);
     if (!last_) {
-      send_activation(g_, out, index_ + 1, h.m);
+      sender_.send(g_, out, index_ + 1, h.m);
       mark(Phase::kCommunication);
     }
     held_.push_back(std::move(h));
+    post_next_gradient();
     stats_.most_held = std::max<int64_t>(stats_.most_held, static_cast<int64_t>(held_.size()));
   }
 
@@ -184,8 +270,9 @@ class StepRun {
     if (last_) {
       h.output.backward();
     } else {
-      at::Tensor grad = torch::empty_like(h.output);
-      g_.recv(grad, index_ + 1, grad_tag(h.m));
+      // Posted when h became the oldest held (after its forward, or the previous backward).
+      SATURATE_ASSERT(grad_for_ == h.m, "pipeline: a gradient posted for another micro-batch");
+      const at::Tensor grad = grad_.wait();
       stats_.wait_ms += ms_since(t0);
       mark(Phase::kCommunication);
       t0 = Clock::now();
@@ -200,9 +287,18 @@ class StepRun {
       g_.send(grad.contiguous(), index_ - 1, grad_tag(h.m));
       mark(Phase::kCommunication);
     }
+    post_next_gradient();
   }
 
  private:
+  // The gradient of the oldest held micro-batch's output, posted as soon as that output exists
+  // (one output-sized buffer ahead), so it moves when the next stage sends it.
+  void post_next_gradient() {
+    if (last_ || held_.empty() || grad_for_ == held_.front().m) return;
+    grad_for_ = held_.front().m;
+    grad_ = g_.post_recv(torch::empty_like(held_.front().output), index_ + 1, grad_tag(grad_for_));
+  }
+
   void mark(Phase phase) {
     if (timer_ != nullptr) timer_->mark(phase);
   }
@@ -220,6 +316,10 @@ class StepRun {
   std::deque<Held> held_;
   at::Tensor loss_sum_;
   int64_t next_forward_ = 0, next_backward_ = 0;
+  std::optional<ActivationReceiver> activations_;
+  ActivationSender sender_;
+  DistGroup::PendingRecv grad_;
+  int64_t grad_for_ = -1;
 };
 
 }  // namespace
@@ -352,7 +452,8 @@ PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
   while (run.backwards_done() < micro) run.backward();
   PipelineStepStats stats = run.stats();
   const Clock::time_point t0 = Clock::now();
-  sum_tied_gradients(group_, stage_, index_, count_, stage_device(stage_, index_ == 0, inputs));
+  sum_tied_gradients(group_, stage_, index_, count_, stage_device(stage_, index_ == 0, inputs),
+                     tied_agreed_);
   group_.wait_sends();
   std::vector<at::Tensor> loss = {run.loss_sum()};
   group_.broadcast(loss, count_ - 1);

@@ -167,9 +167,32 @@ void DistGroup::send(const at::Tensor& tensor, int peer, int tag) {
   impl_->sends.emplace_back(impl_->group->send(t, peer, tag), tensor);
 }
 
-void DistGroup::recv(at::Tensor& tensor, int peer, int tag) {
+struct DistGroup::PendingRecv::State {
+  DistGroup::Impl* group = nullptr;
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor tensor;
+};
+
+DistGroup::PendingRecv DistGroup::post_recv(at::Tensor tensor, int peer, int tag) {
   std::vector<at::Tensor> t = {tensor};
-  wait_for(*impl_, impl_->group->recv(t, peer, tag), "receive");
+  PendingRecv pending;
+  pending.state_ = std::make_shared<PendingRecv::State>();
+  pending.state_->group = impl_.get();
+  pending.state_->work = impl_->group->recv(t, peer, tag);
+  pending.state_->tensor = std::move(tensor);
+  return pending;
+}
+
+at::Tensor DistGroup::PendingRecv::wait() {
+  SATURATE_ASSERT(state_ != nullptr, "wait on a receive never posted");
+  const std::shared_ptr<State> s = std::move(state_);
+  state_.reset();
+  wait_for(*s->group, s->work, "receive");
+  return s->tensor;
+}
+
+void DistGroup::recv(at::Tensor& tensor, int peer, int tag) {
+  post_recv(tensor, peer, tag).wait();
 }
 
 void DistGroup::wait_sends() {

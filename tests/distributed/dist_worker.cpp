@@ -392,11 +392,12 @@ std::pair<at::Tensor, at::Tensor> eval_batch(const ModelInputs& in) {
   return random_samples(in, 50);
 }
 
-// 5 batches of 32, then an epoch's last, smaller batch of 3: fewer samples than most M.
+// 5 batches of 32 or 30 (which M = 4 and 8 split into micro-batches of two sizes), then an
+// epoch's last, smaller batch of 3: fewer samples than most M.
 std::vector<std::pair<at::Tensor, at::Tensor>> pipeline_batches(const ModelInputs& in) {
   torch::manual_seed(11);
   std::vector<std::pair<at::Tensor, at::Tensor>> batches;
-  for (int i = 0; i < 5; ++i) batches.push_back(random_samples(in, 32));
+  for (int i = 0; i < 5; ++i) batches.push_back(random_samples(in, i == 2 ? 30 : 32));
   batches.push_back(random_samples(in, 3));
   return batches;
 }

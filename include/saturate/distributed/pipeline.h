@@ -100,7 +100,8 @@ class PipelineStage {
   /// others may pass undefined tensors); both are split into M micro-batches along dim 0. The
   /// stage's parameters' gradients accumulate the gradient of the batch's mean loss (each
   /// micro-batch's mean weighted by its share of the batch), as one process's backward of the
-  /// whole batch would give; zero them before. saturate::Error when M exceeds the batch.
+  /// whole batch would give; zero them before. A batch smaller than M (an epoch's last) runs
+  /// as one micro-batch a sample.
   /// With `timer`: this stage's forward and backward compute, and its sends and waits (as
   /// communication), marked as they happen.
   PipelineStepStats forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
@@ -116,6 +117,7 @@ class PipelineStage {
   Model& stage_;
   PipelineOptions options_;
   int index_ = 0, count_ = 1;
+  bool tied_agreed_ = false;  ///< the two ends have agreed how many elements they tie
 };
 
 /// The trainer's seam (train/staged_step.h) over a PipelineStage of `stage` on `group` (the

@@ -59,6 +59,22 @@ class DistGroup {
   /// sent one) from `peer` under `tag`, blocking up to the group's timeout.
   void send(const at::Tensor& tensor, int peer, int tag);
   void recv(at::Tensor& tensor, int peer, int tag);
+  /// A receive posted ahead of its use: Gloo moves a message only once its receive is posted,
+  /// so a stage that posts the next one before it computes finds the data there when it needs
+  /// it. wait() returns `tensor` filled, blocking as recv() does; a PendingRecv dropped
+  /// unwaited is only for a step that failed.
+  class PendingRecv {
+   public:
+    PendingRecv() = default;
+    bool posted() const { return state_ != nullptr; }
+    at::Tensor wait();
+
+   private:
+    friend class DistGroup;
+    struct State;
+    std::shared_ptr<State> state_;
+  };
+  PendingRecv post_recv(at::Tensor tensor, int peer, int tag);
   /// Waits for every send started since the last call.
   void wait_sends();
   /// For a rank 0 that works alone for a while (a one-process measurement) while the others
