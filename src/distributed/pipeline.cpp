@@ -204,9 +204,9 @@ struct Held {
 class StepRun {
  public:
   StepRun(DistGroup& g, Model& stage, int index, int count, int64_t micro, const at::Tensor& inputs,
-          const at::Tensor& targets, PhaseTimer* timer)
+          const at::Tensor& targets, PhaseTimer* timer, const at::Tensor& loss_scale)
       : g_(g), stage_(stage), index_(index), micro_(micro), first_(index == 0),
-        last_(index == count - 1), timer_(timer) {
+        last_(index == count - 1), timer_(timer), loss_scale_(loss_scale) {
     const at::Tensor& split_by = first_ ? inputs : targets;
     if (first_ || last_) {
       SATURATE_CHECK(split_by.defined() && micro <= split_by.size(0), "--micro-batches ", micro,
@@ -268,7 +268,7 @@ class StepRun {
     ++next_backward_;
     Clock::time_point t0 = Clock::now();
     if (last_) {
-      h.output.backward();
+      (loss_scale_.defined() ? h.output * loss_scale_ : h.output).backward();
     } else {
       // Posted when h became the oldest held (after its forward, or the previous backward).
       SATURATE_ASSERT(grad_for_ == h.m, "pipeline: a gradient posted for another micro-batch");
@@ -309,6 +309,7 @@ class StepRun {
   int64_t micro_;
   bool first_, last_;
   PhaseTimer* timer_;
+  at::Tensor loss_scale_;
   std::vector<at::Tensor> xs_, ys_;
   double batch_ = 0;
   c10::Device device_{c10::kCPU};
@@ -432,13 +433,14 @@ PipelineStage::PipelineStage(DistGroup& group, Model& stage, PipelineOptions opt
 }
 
 PipelineStepStats PipelineStage::forward_backward(const at::Tensor& inputs,
-                                                  const at::Tensor& targets, PhaseTimer* timer) {
+                                                  const at::Tensor& targets, PhaseTimer* timer,
+                                                  const at::Tensor& loss_scale) {
   // An epoch's last batch may be smaller than M: then one micro-batch a sample. Every stage is
   // given the batch, so each comes to the same count.
   const at::Tensor& batch = inputs.defined() ? inputs : targets;
   const int64_t micro = batch.defined() ? std::min(options_.micro_batches, batch.size(0))
                                         : options_.micro_batches;
-  StepRun run(group_, stage_, index_, count_, micro, inputs, targets, timer);
+  StepRun run(group_, stage_, index_, count_, micro, inputs, targets, timer, loss_scale);
   if (options_.schedule == PipelineSchedule::kGPipe) {
     while (run.forwards_done() < micro) run.forward();
   } else {
@@ -525,9 +527,9 @@ class PipelineStagedStep final : public StagedStep {
   }
 
   at::Tensor forward_backward(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
-                              PhaseTimer* timer) override {
+                              PhaseTimer* timer, const at::Tensor& loss_scale) override {
     (void)r;  // the waits are on the timer, as kCommunication
-    const PipelineStepStats stats = pipe_.forward_backward(x, y, timer);
+    const PipelineStepStats stats = pipe_.forward_backward(x, y, timer, loss_scale);
     at::Tensor loss = torch::full({1}, stats.loss, torch::TensorOptions().dtype(torch::kDouble).device(x.device()));
     if (replicas_ != nullptr) {
       average_gradients();

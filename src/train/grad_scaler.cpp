@@ -114,6 +114,7 @@ bool GradScaler::unscale(const std::vector<at::Tensor>& params) {
   for (size_t d = 1; d < found_infs.size(); ++d) {
     found_inf_ = found_inf_ + found_infs[d].to(scale_.device());
   }
+  if (sum_) found_inf_ = sum_(found_inf_).reshape_as(scale_).to(scale_.dtype());
   // The one host read-back of the iteration; step() and update() reuse it.
   has_found_inf_ = found_inf_.item<float>() > 0;
   stage_ = Stage::kUnscaled;

@@ -334,8 +334,6 @@ void Trainer::stand_in_for_step(int64_t begin, int64_t batch, int64_t micro) {
 const char* staged_step_conflict(const TrainOptions& o) {
   if (o.accumulate > 1)
     return "--accumulate above 1 (a pipeline's micro-batches are --micro-batches)";
-  if (o.precision == Precision::kFp16)
-    return "fp16 (its loss scaler's inf check across ranks is not built yet; use bf16)";
   if (o.recompute_segments > 0) return "--recompute-segments";
   if (o.adaptive_batch) return "--adaptive-batch";
   return nullptr;
@@ -346,19 +344,37 @@ void Trainer::set_staged_step(StagedStep* staged) {
   SATURATE_CHECK(staged == nullptr || what == nullptr, "--pipeline-stages: cannot be combined with ",
                  what, " yet");
   staged_ = staged;
+  // fp16: a stage that finds an inf or NaN makes every stage skip the step and back off.
+  std::function<at::Tensor(const at::Tensor&)> sum;
+  if (staged_ != nullptr) sum = [staged](const at::Tensor& n) { return staged->sum_across_stages(n); };
+  state_->scaler->set_found_inf_sum(std::move(sum));
 }
 
 at::Tensor Trainer::staged_train_step(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
                                       PhaseTimer* timer) {
   auto& optimizer = *state_->optimizer;
+  auto& scaler = *state_->scaler;
   optimizer.zero_grad(/*set_to_none=*/true);
+  // fp16: the last stage's backward starts from the loss times the scale, which every stage's
+  // scaler holds alike (they take the same decisions).
+  const at::Tensor scale =
+      scaler.is_enabled()
+          ? scaler.scale(torch::ones({}, torch::TensorOptions().dtype(at::kFloat).device(device_)))
+          : at::Tensor();
   at::Tensor loss;
   {
     AutocastScope autocast(options_.precision, device_.type());
-    loss = staged_->forward_backward(x, y, r, timer);
+    loss = staged_->forward_backward(x, y, r, timer, scale);
   }
+  if (scaler.is_enabled()) scaler.unscale(state_->params);  // summed across the stages
   last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, staged_, device_);
-  optimizer.step();
+  if (scaler.is_enabled()) {
+    r.is_skipped = !scaler.step(optimizer, state_->params);
+    scaler.update();
+    r.loss_scale = scaler.get_scale();
+  } else {
+    optimizer.step();
+  }
   last_noise_ = NoiseNorms();
   if (timer) timer->mark(Phase::kOptimizer);
   return loss;

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <string>
@@ -34,6 +35,8 @@
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/train/oom_probe.h"
+#include "saturate/telemetry/telemetry_sink.h"
+#include "saturate/train/staged_step.h"
 #include "saturate/train/trainer.h"
 #include "testing/noise_truth.h"
 #include "testing/pattern_dataset.h"
@@ -481,6 +484,59 @@ void pipeline(DistGroup& g, const std::string& name) {
 // Tensor parallel (issue 19): the GPT's heads and MLP columns split over the ranks take 5 SGD
 // steps to one process's losses and, gathered, its parameters (1e-5 relative); a model that
 // cannot be split says so.
+// fp16 with its loss scaler through the trainer over 2 pipeline stages (the command line takes
+// fp16 on a GPU only; the trainer runs it on the CPU too): the last stage scales each
+// micro-batch's loss and the stages agree on the skips. A first scale of 2^24 overflows the
+// fp16 gradients, so the first steps skip and halve it until it fits: the stages skip the same
+// steps as one process accumulating the same micro-batches, keep its scale, and end with its
+// parameters.
+void pipeline_fp16(DistGroup& g) {
+  torch::set_num_threads(1);
+  const DatasetSplits data = testing::make_pattern_splits(256, 64);
+  TrainOptions o = testing::sgd_steps(/*batch_size=*/32, /*steps=*/24, /*lr=*/0.05);
+  o.precision = Precision::kFp16;
+  o.scaler.init_scale = std::ldexp(1.0, 24);
+  const ModelInputs in{data.train.sample_shape(), data.train.num_classes};
+  // The reference accumulates the same 4 micro-batches: fp16 gradients of a whole batch of 32
+  // overflow at a scale where those of 8 samples do not.
+  TrainOptions reference = o;
+  reference.accumulate = 4;
+  seed_everything(5);
+  auto whole = make_model("mlp", in);
+  MemorySink one;
+  Trainer(*whole, reference, c10::Device("cpu")).fit(data, &one);
+  seed_everything(5);
+  auto model = make_model("mlp", in);
+  const auto spans = split_layers_evenly(model->pipeline_layers(), g.world_size());
+  auto stage = model->pipeline_stage(spans[g.rank()].first, spans[g.rank()].second);
+  auto step = make_pipeline_step(g, *stage, {4, PipelineSchedule::k1F1B}, nullptr);
+  Trainer trainer(*stage, o, c10::Device("cpu"));
+  trainer.set_staged_step(step.get());
+  MemorySink staged;
+  trainer.fit(data, &staged);
+  const auto& a = one.records();
+  const auto& b = staged.records();
+  EXPECT_OR_FAIL(a.size() == b.size(), b.size(), " steps staged, ", a.size(), " in one process");
+  int64_t skipped = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_OR_FAIL(a[i].is_skipped == b[i].is_skipped && a[i].loss_scale == b[i].loss_scale,
+                   "step ", i + 1, ": stage ", g.rank(), " skipped ", b[i].is_skipped, " at scale ",
+                   b[i].loss_scale, ", one process ", a[i].is_skipped, " at ", a[i].loss_scale);
+    skipped += a[i].is_skipped ? 1 : 0;
+  }
+  EXPECT_OR_FAIL(skipped > 0 && skipped < static_cast<int64_t>(a.size()), skipped, " of ", a.size(),
+                 " steps skipped: the test needs some skipped and some taken");
+  std::map<std::string, at::Tensor> ref;
+  for (auto& [n, p] : whole->named_parameters()) ref[n] = p.detach();
+  for (auto& [n, p] : stage->named_parameters()) {
+    const at::Tensor& w = ref.at(n);
+    const double err = (p - w).abs().max().item<double>() / std::max(1e-12, w.abs().max().item<double>());
+    EXPECT_OR_FAIL(err <= 1e-3, "parameter ", n, " differs from one process's by ", err);
+  }
+  std::cout << "rank " << g.rank() << " fp16 pipeline: " << skipped << " of " << a.size()
+            << " steps skipped, scale " << b.back().loss_scale << ", as one process" << std::endl;
+}
+
 void tensor_parallel(DistGroup& g) {
   torch::set_num_threads(1);
   const ModelInputs in{{16}, 50, true};
@@ -560,6 +616,7 @@ int main(int argc, char** argv) {
     else if (mode == "oom_one_rank_unagreed") saturate::oom_one_rank(*g, false);
     else if (mode == "pipeline") saturate::pipeline(*g, argc > 3 ? argv[3] : "fmnist-cnn");
     else if (mode == "tensor_parallel") saturate::tensor_parallel(*g);
+    else if (mode == "pipeline_fp16") saturate::pipeline_fp16(*g);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

@@ -117,6 +117,12 @@ def case_pipeline_gpt_4stages(args):
     all_ranks_ok(args, "pipeline", 4, 100, ("60", GPT_TINY))
 
 
+def case_pipeline_fp16(args):
+    # fp16's loss scaler through the trainer over 2 stages: the same skips and scale as one
+    # process.
+    all_ranks_ok(args, "pipeline_fp16", 2, 100, ("60",))
+
+
 def case_tensor_parallel(args):
     all_ranks_ok(args, "tensor_parallel", 2, 100, ("60",))
 

@@ -120,7 +120,7 @@ int run_train(const std::vector<std::string>& args) {
   std::optional<Plan> read;
   if (!rf.config.empty()) read = read_plan(rf.config);
   if (read && !read->exec.empty()) return run_exec_plan(*read, app.count("--steps") ? rf.train.steps : 0);
-  check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints));
+  check_pipeline_flags(f.pipeline, rf.train, pipeline_incompatible(rf, f.checkpoints, f.pipeline));
   const int split = f.pipeline.ranks_per_replica();  // one rank per stage or tensor share
   if (split > 1 && !app.count("--ranks") && !dist_env_from_environment().is_distributed())
     return run_as_ranks(split, "train", args);

@@ -26,6 +26,11 @@
 
 namespace saturate::cli {
 
+namespace {
+constexpr const char* kTensorParallelFp16 =
+    "fp16 (the loss scaler's inf check across a tensor split's shares is not built yet; use bf16)";
+}  // namespace
+
 void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   app.add_option("--pipeline-stages", f.stages,
                  "split the model by layers over this many ranks (pipeline parallel; started "
@@ -46,8 +51,12 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
       ->capture_default_str();
 }
 
-std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& checkpoints) {
+std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& checkpoints,
+                                  const PipelineFlags& f) {
   if (!checkpoints.dir.empty()) return "--checkpoint-dir";
+  // A pipeline's stages agree on the loss scaler's skips (Trainer::set_staged_step); a tensor
+  // split's shares do not yet.
+  if (f.tensor_parallel > 1 && rf.precision == "fp16") return kTensorParallelFp16;
   if (!checkpoints.resume.empty()) return "--resume";
   if (!checkpoints.save_model.empty()) return "--save-model";
   // The trainer's own list; the precision is still the flag's text here (resolved later).
@@ -115,11 +124,14 @@ ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind) {
   return g;
 }
 
-TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group) {
+TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group,
+                                        const TrainOptions& o) {
   // Before the shares' group forms: a rank that stopped during its rendezvous would fail the
   // others with a connection error instead of this.
   const std::string problem = model.tensor_parallel_problem(f.tensor_parallel);
   SATURATE_CHECK(problem.empty(), "--tensor-parallel ", f.tensor_parallel, ": ", problem);
+  SATURATE_CHECK(o.precision != Precision::kFp16, "--tensor-parallel: cannot be combined with ",
+                 kTensorParallelFp16, " yet");  // --precision auto may come to fp16
   TensorParallelRun run;
   run.groups = replica_groups(group, f.tensor_parallel, "tensor");
   if (run.groups.across) run.replicas_sync = make_data_parallel(*run.groups.across);
@@ -238,7 +250,7 @@ ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
     run.trained = run.pipe.stage.get();
     run.sync = nullptr;  // the stages average across replicas themselves
   } else {
-    run.tensor = build_tensor_parallel(f, model, *group);
+    run.tensor = build_tensor_parallel(f, model, *group, o);
     run.sync = run.tensor.replicas_sync.get();
   }
   return run;
@@ -246,7 +258,7 @@ ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
 
 void settle_model_parallel(const PipelineFlags& f, RecipeFlags& rf, const CheckpointFlags& ck,
                            int world) {
-  check_pipeline_flags(f, rf.train, pipeline_incompatible(rf, ck));
+  check_pipeline_flags(f, rf.train, pipeline_incompatible(rf, ck, f));
   check_pipeline_world(f, world);
   if (f.tensor_parallel > 1) rf.no_noise_scale = true;
 }

@@ -57,7 +57,8 @@ void apply_plan_pipeline(const Plan& plan, const CLI::App& app, PipelineFlags& f
 struct RecipeFlags;
 struct CheckpointFlags;
 /// What a pipeline run cannot do yet, as the flag that asks for it (empty: nothing).
-std::string pipeline_incompatible(const RecipeFlags& recipe, const CheckpointFlags& checkpoints);
+std::string pipeline_incompatible(const RecipeFlags& recipe, const CheckpointFlags& checkpoints,
+                                  const PipelineFlags& flags);
 
 /// The flags' values, before anything starts: saturate::Error (exit 2) for fewer than 1 stage,
 /// --micro-batches below 1 or above the batch, an unknown schedule or split, and, with more than
@@ -91,7 +92,8 @@ struct TensorParallelRun {
   int64_t local_parameters = 0, whole_parameters = 0;
 };
 /// Splits `model` (saturate::Error when it cannot be split by tensor: only the GPT can).
-TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model, DistGroup& group);
+TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model, DistGroup& group,
+                                        const TrainOptions& options);
 
 /// This rank's stage of `model` and the step that runs it: rank r is stage r % S of replica
 /// r / S, and with several replicas each stage's gradients are averaged across them after every

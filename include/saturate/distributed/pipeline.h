@@ -104,8 +104,11 @@ class PipelineStage {
   /// as one micro-batch a sample.
   /// With `timer`: this stage's forward and backward compute, and its sends and waits (as
   /// communication), marked as they happen.
+  /// With `loss_scale` (a 0-d float tensor): the last stage's backward starts from each
+  /// micro-batch's loss times it (fp16's loss scaling); the loss reported is unscaled.
   PipelineStepStats forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
-                                     PhaseTimer* timer = nullptr);
+                                     PhaseTimer* timer = nullptr,
+                                     const at::Tensor& loss_scale = at::Tensor());
 
   /// Evaluation of one batch through the stages, forward only (inference mode), in the same M
   /// micro-batches: the sums of train/trainer.h's eval_sums over the batch, from the last stage,

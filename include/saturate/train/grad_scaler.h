@@ -9,6 +9,7 @@
 //   scaler.update();
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -71,6 +72,10 @@ class GradScaler {
   /// Consecutive finite steps since the last growth or backoff.
   int64_t growth_tracker() const;
   bool is_enabled() const { return options_.enabled; }
+  /// For a model split over processes (pipeline stages), each holding some of the gradients:
+  /// `sum` adds this process's count of non-finite gradients to every other's (a collective each
+  /// calls at unscale()), so that all skip the same steps and keep the same scale.
+  void set_found_inf_sum(std::function<at::Tensor(const at::Tensor&)> sum) { sum_ = std::move(sum); }
   /// The options in force; load_state_dict() replaces the factors, the interval and init_scale
   /// (with the loaded scale).
   const GradScalerOptions& options() const { return options_; }
@@ -92,6 +97,7 @@ class GradScaler {
   Stage stage_ = Stage::kReady;
   at::Tensor found_inf_;        ///< this iteration's inf/NaN count, summed over devices
   bool has_found_inf_ = false;  ///< host copy of found_inf_ > 0
+  std::function<at::Tensor(const at::Tensor&)> sum_;  ///< set_found_inf_sum()
 };
 
 }  // namespace saturate

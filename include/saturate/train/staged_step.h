@@ -29,9 +29,10 @@ class StagedStep {
   /// those of the batch's mean loss. Marks this stage's forward and backward compute and its
   /// communication (sends, and waits for a neighbour: the bubble) on `timer` (may be null).
   /// Returns the batch's mean loss, the same on every stage, as a 0-d float tensor on x's
-  /// device.
+  /// device. With `loss_scale` defined (fp16's loss scaler: a 0-d float tensor, the same on
+  /// every stage), the backward starts from the loss times it, so every gradient is scaled.
   virtual at::Tensor forward_backward(const at::Tensor& x, const at::Tensor& y, StepRecord& r,
-                                      PhaseTimer* timer) = 0;
+                                      PhaseTimer* timer, const at::Tensor& loss_scale) = 0;
   /// One evaluation batch through the stages, forward only: the last stage's sums, on every
   /// stage.
   virtual EvalSums evaluate(const at::Tensor& x, const at::Tensor& y) = 0;
