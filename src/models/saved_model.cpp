@@ -156,7 +156,8 @@ bool is_saved_model_path(const std::string& spec) {
   return spec.size() > ext.size() && spec.compare(spec.size() - ext.size(), ext.size(), ext) == 0;
 }
 
-void save_model(Model& model, const std::string& path, const SavedModelInfo& info) {
+void save_model(Model& model, const std::string& path, const SavedModelInfo& info,
+                const std::vector<std::pair<std::string, at::Tensor>>* state) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   json header = json::object();
   std::string shape;
@@ -172,7 +173,7 @@ void save_model(Model& model, const std::string& path, const SavedModelInfo& inf
                             {"saturate.normalize_std", number_text(info.normalize_std)},
                             {"saturate.steps", std::to_string(info.steps)}};
   uint64_t offset = 0;
-  for (const auto& [name, t] : model.named_state()) {
+  for (const auto& [name, t] : state != nullptr ? *state : model.named_state()) {
     const at::Tensor c = t.detach().to(at::kCPU).contiguous();
     const char* dtype = dtype_name(c.scalar_type());
     SATURATE_CHECK_RUN(dtype != nullptr, "--save-model: tensor '", name, "' has dtype ",

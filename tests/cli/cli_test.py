@@ -1377,17 +1377,41 @@ def losses_as_one_process(results, split, replicated):
                 fail(f"{name}: {k} {b[k]} vs {a[k]} in one process")
 
 
+def saved_models_evaluate_alike(tmp, names):
+    """Each layout's --save-model file (tmp/NAME.safetensors, the model gathered whole from its
+    stages or shares on rank 0) evaluates under `saturate eval` to the first one's loss."""
+    losses = {}
+    for name in names:
+        code, out, err = run("eval", "--model", os.path.join(tmp, name + ".safetensors"), "--json",
+                             timeout=120)
+        if code != 0:
+            fail(f"eval of {name}'s saved model: exit {code}\n{err}")
+        losses[name] = json.loads(out)["validation"]["loss"]
+    first = losses[names[0]]
+    for name in names[1:]:
+        if abs(losses[name] - first) > 1e-4 * abs(first):
+            fail(f"{name}'s saved model evaluates to {losses[name]}, {names[0]}'s to {first}")
+
+
+def saving(tmp, layouts):
+    """`layouts` with --save-model tmp/NAME.safetensors added to each."""
+    return tuple((name, extra + ["--save-model", os.path.join(tmp, name + ".safetensors")])
+                 for name, extra in layouts)
+
+
 def case_issue19_train_tensor_parallel_as_one_process(tmp):
     # train --tensor-parallel 2 starts 2 ranks, each holding half of every block's attention
     # heads and MLP columns; 2 x 2 ranks add data parallel over the replicas. Their losses are
-    # one process's at the same global batch.
+    # one process's at the same global batch, and so are their saved models (the shares
+    # gathered whole).
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
               "text:" + LICENSES, "--seq-len", "32", "--steps", "12", "--lr", "1e-3",
               "--threads", "1", "-q"]
-    results = train_layouts(tmp, common, (("one", ["--batch-size", "8"]),
-                                          ("tp2", ["--batch-size", "8", "--tensor-parallel", "2"]),
-                                          ("tp2x2", ["--batch-size", "4", "--tensor-parallel", "2"])))
+    results = train_layouts(tmp, common, saving(tmp, (
+        ("one", ["--batch-size", "8"]),
+        ("tp2", ["--batch-size", "8", "--tensor-parallel", "2"]),
+        ("tp2x2", ["--batch-size", "4", "--tensor-parallel", "2"]))))
     for name, (_, out) in results.items():
         if name != "one" and "tensor parallel 2 ranks split each block's attention heads" not in out:
             fail(f"{name}: the table does not show the split:\n{out}")
@@ -1396,6 +1420,7 @@ def case_issue19_train_tensor_parallel_as_one_process(tmp):
         if b["tensor_parallel"] != 2 or b["global_batch_size"] != 8:
             fail(f"{name}: tensor_parallel {b['tensor_parallel']}, global batch {b['global_batch_size']}")
     losses_as_one_process(results, "tp2", "tp2x2")
+    saved_models_evaluate_alike(tmp, ("one", "tp2", "tp2x2"))
 
 
 def case_issue19_train_gpt_pipeline_as_one_process(tmp):
@@ -1403,17 +1428,18 @@ def case_issue19_train_gpt_pipeline_as_one_process(tmp):
     # and the head on stage 1. The output layer's weight is the token embedding's, so both
     # stages hold a copy: the pipeline sums the copies' gradients across the two, and the
     # clipping norm counts the weight once. With the gradient clipped hard and the balanced
-    # split profiling token windows, 2 stages (and 2 replicas of them) train as one process.
+    # split profiling token windows, 2 stages (and 2 replicas of them) train as one process,
+    # and their saved models (replica 0's stages gathered on rank 0) are one process's.
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
               "text:" + LICENSES, "--seq-len", "32", "--steps", "8", "--optimizer", "sgd",
               "--lr", "0.5", "--schedule", "constant", "--clip-grad-norm", "0.2",
               "--threads", "1", "-q"]
-    results = train_layouts(tmp, common, (
+    results = train_layouts(tmp, common, saving(tmp, (
         ("one", ["--batch-size", "8"]),
         ("pp2", ["--batch-size", "8", "--pipeline-stages", "2", "--micro-batches", "4"]),
         ("pp2x2", ["--batch-size", "4", "--pipeline-stages", "2", "--micro-batches", "2",
-                   "--pipeline-split", "even"])))
+                   "--pipeline-split", "even"]))))
     for name in ("pp2", "pp2x2"):
         b = results[name][0]
         p = b["pipeline"]
@@ -1423,6 +1449,7 @@ def case_issue19_train_gpt_pipeline_as_one_process(tmp):
         if st[0]["first_layer"] != 0 or st[1]["last_layer"] != 3:
             fail(f"{name}: the stages' layers {st} (4: the embeddings, 2 blocks, the head)")
     losses_as_one_process(results, "pp2", "pp2x2")
+    saved_models_evaluate_alike(tmp, ("one", "pp2", "pp2x2"))
 
 
 def case_issue19_tune_measures_tensor_parallel_when_memory_binds(tmp):
@@ -1547,8 +1574,8 @@ def case_issue19_pipeline_bad_input(tmp):
              "--tensor-parallel with --pipeline-stages: both at once are not built yet"),
             (["--tensor-parallel", "2", "--clip-grad-norm", "1"],
              "--tensor-parallel: cannot be combined with --clip-grad-norm yet"),
-            (["--tensor-parallel", "2", "--save-model", os.path.join(tmp, "m.safetensors")],
-             "--tensor-parallel: cannot be combined with --save-model yet")):
+            (["--tensor-parallel", "2", "--resume", os.path.join(tmp, "ck")],
+             "--tensor-parallel: cannot be combined with --resume yet")):
         expect_usage_error(base + flags, want)
     if os.path.exists(os.path.join(tmp, "ck")):
         fail("a rejected run made its checkpoint folder")

@@ -176,8 +176,12 @@ int run_train(const std::vector<std::string>& args) {
   r.summary = fit(trainer, loader, input.splits, sinks, dp);
   if (dp.env.rank == 0) sinks.record_target(opts, r.summary);
   sinks.record_divergence(r.summary);
-  if (dp.env.rank == 0 && !r.summary.divergence)
-    save_trained_model(f.checkpoints, *model, rf.model, rf.data, input, r.summary.steps);
+  const bool saves = !f.checkpoints.save_model.empty() && !r.summary.divergence;
+  const auto whole = saves ? gather_whole_state(mp, *model, dp.group.get())
+                           : std::vector<std::pair<std::string, at::Tensor>>();
+  if (dp.env.rank == 0 && saves)
+    save_trained_model(f.checkpoints, *model, rf.model, rf.data, input, r.summary.steps,
+                       whole.empty() ? nullptr : &whole);
   sinks.finish(dp.group.get());
   describe_train_run(r, rf, recipe, dp, input, loader, *model, f.pipeline.ranks_per_replica());
   describe_model_parallel(r, mp, f.pipeline, dp.group.get());

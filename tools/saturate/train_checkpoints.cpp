@@ -63,7 +63,8 @@ void check_save_model_path(const std::string& path) {
 }
 
 void save_trained_model(const CheckpointFlags& f, Model& model, const std::string& model_spec,
-                        const std::string& data_spec, const TrainingInput& input, int64_t steps) {
+                        const std::string& data_spec, const TrainingInput& input, int64_t steps,
+                        const std::vector<std::pair<std::string, at::Tensor>>* state) {
   if (f.save_model.empty()) return;
   SavedModelInfo info;
   // A model loaded from a saved one is saved as the layers it was built from.
@@ -75,7 +76,7 @@ void save_trained_model(const CheckpointFlags& f, Model& model, const std::strin
   info.normalize_mean = input.splits.normalize_mean;
   info.normalize_std = input.splits.normalize_std;
   info.steps = steps;
-  save_model(model, f.save_model, info);
+  save_model(model, f.save_model, info, state);
   SATURATE_LOG_INFO("train: saved the model to ", f.save_model);
 }
 

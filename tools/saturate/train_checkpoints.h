@@ -57,8 +57,10 @@ void print_divergence(std::ostream& err, const Divergence& d, const TrainOptions
 void check_save_model_path(const std::string& path);
 /// --save-model: writes the trained model and how to feed it (models/saved_model.h) and logs
 /// where. Does nothing when the flag is not given.
+/// `state`: the whole model's, gathered from a split run (gather_whole_state), else null.
 void save_trained_model(const CheckpointFlags& flags, Model& model, const std::string& model_spec,
-                        const std::string& data_spec, const TrainingInput& input, int64_t steps);
+                        const std::string& data_spec, const TrainingInput& input, int64_t steps,
+                        const std::vector<std::pair<std::string, at::Tensor>>* state = nullptr);
 
 /// What a checkpoint must share with the run that continues it (check_resumable compares it).
 nlohmann::json checkpoint_recipe(const std::string& model, const std::string& data,

@@ -2,6 +2,7 @@
 #include "train_pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -58,7 +59,6 @@ std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& 
   // split's shares do not yet.
   if (f.tensor_parallel > 1 && rf.precision == "fp16") return kTensorParallelFp16;
   if (!checkpoints.resume.empty()) return "--resume";
-  if (!checkpoints.save_model.empty()) return "--save-model";
   // The trainer's own list; the precision is still the flag's text here (resolved later).
   TrainOptions o = rf.train;
   if (rf.precision == "fp16") o.precision = Precision::kFp16;
@@ -254,6 +254,72 @@ ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
     run.sync = run.tensor.replicas_sync.get();
   }
   return run;
+}
+
+namespace {
+
+// A stage's state as bytes: per tensor, its name's length, the name, its size in bytes, the bytes.
+std::string pack_state(Model& stage) {
+  std::string out;
+  auto put = [&](uint64_t n) { out.append(reinterpret_cast<const char*>(&n), sizeof n); };
+  for (const auto& [name, t] : stage.named_state()) {
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    put(name.size());
+    out += name;
+    put(c.nbytes());
+    out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  }
+  return out;
+}
+
+// Copies each packed tensor over the one of its name in `state` (the whole model's), checking
+// every length against what is left and against that tensor.
+void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, at::Tensor>>& state) {
+  size_t at = 0;
+  auto get = [&] {
+    uint64_t n = 0;
+    SATURATE_ASSERT(bytes.size() - at >= sizeof n, "--save-model: a stage's state is truncated");
+    std::memcpy(&n, bytes.data() + at, sizeof n);
+    at += sizeof n;
+    SATURATE_ASSERT(n <= bytes.size() - at, "--save-model: a stage's state is truncated");
+    return n;
+  };
+  while (at < bytes.size()) {
+    const uint64_t name_len = get();
+    const std::string name = bytes.substr(at, name_len);
+    at += name_len;
+    const uint64_t n = get();
+    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+    SATURATE_ASSERT(it != state.end() && it->second.nbytes() == n, "--save-model: stage tensor ",
+                    name, " is not the whole model's");
+    it->second = it->second.detach().to(at::kCPU).clone();
+    std::memcpy(it->second.data_ptr(), bytes.data() + at, n);
+    at += n;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelParallelRun& run,
+                                                                   Model& whole, DistGroup* group) {
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  if (group == nullptr || (run.pipe.stage == nullptr && run.tensor.tp == nullptr)) return state;
+  torch::NoGradGuard no_grad;
+  if (run.tensor.tp != nullptr) {
+    std::vector<std::pair<std::string, at::Tensor>> params = whole.whole_named_parameters();
+    if (group->rank() != 0) return state;
+    state = whole.named_state();
+    for (auto& [name, t] : state)
+      for (const auto& [pname, p] : params)
+        if (pname == name) t = p;
+    return state;
+  }
+  const bool sends = run.pipe.groups.replica == 0;
+  const std::vector<std::string> all = group->allgather_bytes(sends ? pack_state(*run.pipe.stage) : "");
+  if (group->rank() != 0) return state;
+  state = whole.named_state();
+  for (const std::string& bytes : all) unpack_state(bytes, state);
+  return state;
 }
 
 void settle_model_parallel(const PipelineFlags& f, RecipeFlags& rf, const CheckpointFlags& ck,

@@ -121,6 +121,11 @@ struct ModelParallelRun {
   Model* trained = nullptr;      ///< what this rank's Trainer trains: its stage, or the model
   GradientSync* sync = nullptr;  ///< the data-parallel sync over the replicas (may be null)
 };
+/// The whole model's state (Model::named_state's names and shapes) on rank 0 of a split run, for
+/// --save-model: replica 0's stages send theirs there; a tensor split's shares are gathered.
+/// Empty elsewhere and for a whole model. A collective: every rank calls it.
+std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelParallelRun& run,
+                                                                   Model& whole, DistGroup* group);
 /// Builds it for `flags` (nothing for one rank per replica): `dp_sync` is the run's
 /// data-parallel sync, used as it is when the model is whole on each rank.
 ModelParallelRun build_model_parallel(const PipelineFlags& flags, Model& model,

@@ -33,7 +33,10 @@ bool is_saved_model_path(const std::string& spec);
 
 /// Writes every state tensor of `model` (Model::named_state, on the CPU) and `info`, atomically
 /// (temporary file, fsync, rename). Throws saturate::Error naming the path when it cannot.
-void save_model(Model& model, const std::string& path, const SavedModelInfo& info);
+/// `state`, when given, is written instead of `model`'s own: a model split over processes,
+/// gathered whole.
+void save_model(Model& model, const std::string& path, const SavedModelInfo& info,
+                const std::vector<std::pair<std::string, at::Tensor>>* state = nullptr);
 
 /// The metadata of a saved model. Throws saturate::Error naming the file and the field for a
 /// missing, truncated or malformed file (every size and offset is checked against the file's
