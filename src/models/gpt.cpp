@@ -283,6 +283,8 @@ class GptModel final : public Model {
            std::to_string(c.width) + " do not split evenly over it";
   }
   std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() override;
+  TensorParallelGroup* tensor_parallel_group() override { return tp_; }
+  std::vector<at::Tensor> tensor_parallel_shares() override;
   // The embeddings, each block, the head.
   int64_t pipeline_layers() const override { return net_->config.layers + 2; }
   std::unique_ptr<Model> pipeline_stage(int64_t begin, int64_t end) override;
@@ -409,6 +411,23 @@ bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
   }
   tp_ = group;
   return true;
+}
+
+bool is_split_parameter(const std::string& name) {
+  for (const SplitParam& sp : kSplitParams) {
+    const std::string tail = sp.suffix;
+    if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+      return true;
+  }
+  return false;
+}
+
+std::vector<at::Tensor> GptModel::tensor_parallel_shares() {
+  std::vector<at::Tensor> out;
+  if (tp_ == nullptr) return out;
+  for (const auto& [name, t] : named_parameters())
+    if (is_split_parameter(name)) out.push_back(t);
+  return out;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> GptModel::whole_named_parameters() {

@@ -23,6 +23,7 @@
 #include "saturate/device/device_memory.h"
 #include "saturate/device/preflight.h"
 #include "saturate/models/model.h"
+#include "saturate/models/tensor_parallel.h"
 #include "saturate/telemetry/phase_timer.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/telemetry/throughput.h"
@@ -152,9 +153,30 @@ namespace {
 // as torch.nn.utils.clip_grad_norm_ does.
 // Pipeline parallel (`staged`): the norm of every stage's gradients, summed across the stages,
 // so each clips by the same coefficient; a stage without gradients adds 0 on `device`.
+// A model split by tensor: the shares' squared norms summed over its group, the whole
+// parameters' (the same on every rank) counted once.
+at::Tensor split_grad_norm(Model& split, const std::vector<at::Tensor>& params) {
+  const std::vector<at::Tensor> shares = split.tensor_parallel_shares();
+  std::vector<at::Tensor> shared, whole;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].grad().defined()) continue;
+    const bool share = std::any_of(shares.begin(), shares.end(),
+                                   [&](const at::Tensor& s) { return s.is_same(params[i]); });
+    (share ? shared : whole).push_back(params[i].grad());
+  }
+  auto squares = [](const std::vector<at::Tensor>& gs, const at::TensorOptions& on) {
+    return gs.empty() ? torch::zeros({}, on)
+                      : at::stack(at::_foreach_norm(gs, 2)).to(at::kDouble).square().sum();
+  };
+  const at::TensorOptions on = params.front().options().dtype(at::kDouble);
+  at::Tensor mine = squares(shared, on).reshape({1}).contiguous();
+  split.tensor_parallel_group()->all_reduce_sum(mine);
+  return (mine.reshape({}) + squares(whole, on)).sqrt().to(at::kFloat);
+}
+
 at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_norm,
                               StagedStep* staged = nullptr,
-                              const c10::Device& device = c10::kCPU) {
+                              const c10::Device& device = c10::kCPU, Model* split = nullptr) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
@@ -173,6 +195,8 @@ at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_
         counted.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
                         : at::stack(at::_foreach_norm(counted, 2)).to(at::kDouble).square().sum();
     total = staged->sum_across_stages(mine).sqrt().to(at::kFloat);
+  } else if (split != nullptr) {
+    total = split_grad_norm(*split, params);
   } else {
     total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)).to(at::kFloat), 2);
   }
@@ -423,7 +447,8 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   // record is read; clipping scales them down to --clip-grad-norm.
   if (scaler.is_enabled()) scaler.unscale(state_->params);
   if (noise.on) measure_whole_step(noise, batch, micro, world);
-  last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm);
+  last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, nullptr, device_,
+                                       model_.tensor_parallel_group() != nullptr ? &model_ : nullptr);
   double scale_used = 1.0;
   if (scaler.is_enabled()) {
     // The scaler reads its found-inf flag on the host: loss scaling waits for the device here,

@@ -94,9 +94,6 @@ void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,
   const char* flag = f.on() ? "--pipeline-stages" : "--tensor-parallel";
   if (f.ranks_per_replica() == 1) return;
   SATURATE_CHECK(incompatible.empty(), flag, ": cannot be combined with ", incompatible, " yet");
-  // The global gradient norm would need the shards' squares summed and the whole tensors' once.
-  SATURATE_CHECK(f.tensor_parallel == 1 || o.clip_grad_norm == 0,
-                 "--tensor-parallel: cannot be combined with --clip-grad-norm yet");
 }
 
 void check_pipeline_world(const PipelineFlags& f, int world) {

@@ -78,6 +78,11 @@ class Model {
     (void)size;
     return name() + " cannot be split by tensor (the GPT can)";
   }
+  /// Of a model split by tensor: its group, and its parameters that are shares (each rank holds
+  /// another part; the rest are whole on every rank). A global gradient norm adds the shares'
+  /// squares over the group and counts the whole parameters once. nullptr and none otherwise.
+  virtual TensorParallelGroup* tensor_parallel_group() { return nullptr; }
+  virtual std::vector<at::Tensor> tensor_parallel_shares() { return {}; }
   /// named_parameters() whole: a tensor-parallel model's shards gathered from every rank (a
   /// collective); the same tensors otherwise.
   virtual std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() {

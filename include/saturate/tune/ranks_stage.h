@@ -42,7 +42,7 @@ struct RanksStageOptions {
   /// Tensor parallel: the process counts the model's heads and columns split over (the GPT's;
   /// empty: none). When the user's configuration did not fit, the plan's global batch is also
   /// measured split so, every process taking the whole batch (no accumulation or recomputation;
-  /// not with gradient clipping, fp16 or --adaptive-batch, which a split refuses), each
+  /// not with fp16 or --adaptive-batch, which a split refuses), each
   /// process's memory checked on its own as a stage's is.
   std::vector<int> tensor_parallel_sizes;
   const std::atomic<bool>* stop = nullptr;

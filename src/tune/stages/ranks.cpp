@@ -99,8 +99,7 @@ void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vect
 void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
                          std::vector<Candidate>& out) {
   const TrainOptions& t = tuned.train;
-  if (!o.user_did_not_fit || t.clip_grad_norm > 0 || t.precision == Precision::kFp16 ||
-      t.adaptive_batch)
+  if (!o.user_did_not_fit || t.precision == Precision::kFp16 || t.adaptive_batch)
     return;
   for (int ranks : o.tensor_parallel_sizes) {
     if (ranks > std::min(o.cores, o.max_ranks)) continue;
