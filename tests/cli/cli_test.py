@@ -1950,6 +1950,39 @@ def case_issue15_tune_measures_ranks_against_threads(tmp):
         fail(f"the ranks stage ran on a BatchNorm model: {stage}")
 
 
+def case_issue19_tune_checks_a_layouts_validation(tmp):
+    # A layout the ranks stage would keep in place of one process (here 2 data-parallel ranks on
+    # decode-heavy samples, which usually win) is first trained on the quality samples through
+    # train, as is one process, from the same seed, and kept only when its validation matches
+    # one process's (a unit test shows a worse one turned down).
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", "--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
+                         "--batch-size", "64", "--budget-s", "120", "--max-ranks", "2",
+                         "--effective-batch", "keep", "--quality-samples", "2048",
+                         "--out", plan_path, timeout=300)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if len(os.sched_getaffinity(0)) < 2:
+        print("one usable core: no layout to check")
+        return
+    [stage] = [s for s in plan["stages"] if s["name"] == "ranks"]
+    quality = [t for t in plan["trials"] if t["stage"] == "ranks" and t["purpose"] == "quality"]
+    if not stage["changed"]:
+        if quality and "was fastest, but" not in stage["why"]:
+            fail(f"quality runs for a layout that was not kept, without saying why: {stage['why']}")
+        print(f"kept one process: {stage['why'][-300:]}")
+        return
+    worlds = [t["config"]["world_size"] for t in quality]
+    if worlds != [1, 2] or any(t["steps"] != 32 * w for t, w in zip(quality, worlds)) or \
+            "after 2048 samples its val loss" not in stage["why"] or \
+            "matches one process's val loss" not in stage["why"]:
+        fail(f"the kept layout's quality runs: {[(t['config']['world_size'], t['steps']) for t in quality]}; "
+             f"{stage['why']}")
+    print(stage["why"][-300:])
+
+
 def case_issue15_tune_under_a_launcher(tmp):
     # 2 ranks tune one job: trials are data parallel, out-of-memory decided for all (the batch
     # search's probes past the limit end on both ranks, none hangs), rank 0 alone reports and

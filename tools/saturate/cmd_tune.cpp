@@ -174,7 +174,8 @@ int run_tune(const std::vector<std::string>& args) {
   // Processes × threads: measured through train itself, as the plan will run. Not when this
   // tune is itself one rank of a job (the launcher chose the processes).
   if (!plan.interrupted && !dist_env_from_environment().is_distributed())
-    run_ranks_stage(plan, recipe, layout, f.max_ranks, o.budget_s, runner.memory_limit_bytes());
+    run_ranks_stage(plan, recipe, layout, f.max_ranks, o.budget_s, runner.memory_limit_bytes(),
+                    o.quality_samples, o.quality_tolerance);
   check_some_layout_runs(plan, runner.memory_limit_bytes());
   RunFacts facts = environment_facts(
       recipe.probe, recipe.device,

@@ -47,10 +47,11 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
                "--recompute-segments", std::to_string(c.train.recompute_segments),
                "--threads",         std::to_string(c.threads),
                "--steps",           std::to_string(request.steps),
-               "--no-eval",         "-q",
+               "-q",
                "--summary-json",    summary_path_,
                "--pipeline-stages", std::to_string(c.pipeline_stages),
                "--tensor-parallel", std::to_string(c.tensor_parallel)};
+  if (!request.validate) o.command.push_back("--no-eval");
   if (c.pipeline_stages > 1) {
     if (c.micro_batches > 0) o.command.insert(o.command.end(), {"--micro-batches", std::to_string(c.micro_batches)});
     o.command.insert(o.command.end(), {"--pipeline-schedule", c.pipeline_schedule});
@@ -78,6 +79,9 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   }
   job.job_samples_per_s = s["job_samples_per_s"].get<double>();
   job.peak_memory_bytes = s.value("peak_memory_bytes", int64_t{0});
+  if (s.contains("val_accuracy") && s["val_accuracy"].is_number())
+    job.val_accuracy = s["val_accuracy"].get<double>();
+  if (s.contains("val_loss") && s["val_loss"].is_number()) job.val_loss = s["val_loss"].get<double>();
   return job;
 }
 
@@ -125,7 +129,8 @@ void check_some_layout_runs(const Plan& plan, int64_t memory_limit) {
 }
 
 void run_ranks_stage(Plan& plan, const Recipe& recipe, const ModelLayoutFacts& model,
-                     int max_ranks, double budget_s, int64_t memory_limit_bytes) {
+                     int max_ranks, double budget_s, int64_t memory_limit_bytes,
+                     int64_t quality_samples, double quality_tolerance) {
   RanksStageOptions ri;
   ri.on_cpu = recipe.device.is_cpu();
   ri.cores = usable_cores();
@@ -143,6 +148,8 @@ void run_ranks_stage(Plan& plan, const Recipe& recipe, const ModelLayoutFacts& m
   // Every process of a candidate on this host shares the memory the trials planned for.
   ri.memory_limit_bytes = memory_limit_bytes;
   ri.reserve = plan.reserve;
+  ri.quality_samples = plan.quality.samples > 0 ? plan.quality.samples : quality_samples;
+  ri.quality_tolerance = quality_tolerance;
   const auto t0 = std::chrono::steady_clock::now();
   const size_t stages = plan.stages.size();
   LaunchJobRunner jobs(plan);

@@ -55,8 +55,11 @@ void check_some_layout_runs(const Plan& plan, int64_t memory_limit);
 
 /// The ranks stage of `saturate tune` on this host: 1 process against 2, 4, ... (up to
 /// `max_ranks`, 0: the usable cores) through LaunchJobRunner, inside the budget the tune left;
-/// prints the stage when it ran and adds its time to the plan's.
+/// prints the stage when it ran and adds its time to the plan's. A layout it keeps in place of
+/// one process is checked by quality runs of `quality_samples` (the guard's when it sized its
+/// runs; 0: not checked) against `quality_tolerance`.
 void run_ranks_stage(Plan& plan, const Recipe& recipe, const ModelLayoutFacts& model,
-                     int max_ranks, double budget_s, int64_t memory_limit_bytes);
+                     int max_ranks, double budget_s, int64_t memory_limit_bytes,
+                     int64_t quality_samples, double quality_tolerance);
 
 }  // namespace saturate::cli

@@ -9,6 +9,7 @@
 //   if (out.status == JobStatus::kOk) use(out.job_samples_per_s);
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "saturate/tune/trial.h"
@@ -18,6 +19,9 @@ namespace saturate {
 struct JobRequest {
   RunConfig config;  ///< config.world_size processes, each config.train.batch_size samples
   int64_t steps = 0;
+  /// A quality run: the job evaluates on the validation split at its end (a throughput run
+  /// does not evaluate).
+  bool validate = false;
 };
 
 enum class JobStatus {
@@ -32,6 +36,9 @@ struct JobOutcome {
   double job_samples_per_s = 0;   ///< steady state, all processes together
   int64_t peak_memory_bytes = 0;  ///< one process's training peak (each rank's is alike)
   double wall_s = 0;              ///< the whole run, start-up included
+  /// Of a validating run: its validation accuracy and mean loss (NaN when not measured).
+  double val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 class JobRunner {

@@ -45,6 +45,12 @@ struct RanksStageOptions {
   /// not with fp16 or --adaptive-batch, which a split refuses), each
   /// process's memory checked on its own as a stage's is.
   std::vector<int> tensor_parallel_sizes;
+  /// The quality check of a layout kept in place of one process: both are trained on this many
+  /// samples from the same seed and validated at the end, and the layout is kept only when its
+  /// validation accuracy is at most `quality_tolerance` below one process's (absolute) and its
+  /// validation loss at most that share above it; else one process is kept. 0: not checked.
+  int64_t quality_samples = 0;
+  double quality_tolerance = 0.01;
   const std::atomic<bool>* stop = nullptr;
 };
 

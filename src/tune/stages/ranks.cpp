@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -223,6 +224,72 @@ RoundsEnd run_rounds(Plan& plan, std::vector<Candidate>& candidates, const Ranks
   return end;
 }
 
+struct LayoutQuality {
+  bool rejected = false, interrupted = false;
+  std::string text;
+};
+
+std::string validation_text(const JobOutcome& j) {
+  std::string s = "val loss " + format_fixed(j.val_loss, 4);
+  if (std::isfinite(j.val_accuracy)) s += ", accuracy " + format_fixed(100 * j.val_accuracy, 2) + "%";
+  return s;
+}
+
+// A layout about to replace one process, checked the way the quality guard checks a change:
+// both trained on the same samples from the same seed through train itself, then validated.
+// The layout is the same optimisation (its stages, shares or ranks compute one process's
+// gradient), so its validation must match one process's within the tolerance; a layout that
+// does not (a wrong split, a per-rank statistic) is not kept.
+LayoutQuality check_layout_quality(Plan& plan, const Candidate& one, const Candidate& layout,
+                                   const RanksStageOptions& o, JobRunner& runner, int64_t global,
+                                   double spent_s) {
+  LayoutQuality q;
+  const std::string no = "its validation was not checked: ";
+  if (o.quality_samples <= 0) return q.text = no + "no quality runs (--quality-samples 0)", q;
+  if (!one.usable()) return q.text = no + "one process does not run to compare with", q;
+  const int64_t steps = std::max<int64_t>(1, (o.quality_samples + global - 1) / global);
+  const auto samples = static_cast<double>(steps * global);
+  const double need = 2 * o.startup_guess_s + samples / std::max(1.0, one.median()) +
+                      samples / std::max(1.0, layout.median());
+  if (o.budget_left_s >= 0 && spent_s + need > o.budget_left_s)
+    return q.text = no + "two quality runs of about " + format_duration_s(need) +
+                    " in all exceed the budget left", q;
+  JobOutcome runs[2];
+  const Candidate* cs[2] = {&one, &layout};
+  for (int i = 0; i < 2; ++i) {
+    if (o.stop && o.stop->load()) return q.interrupted = true, q;
+    runs[i] = runner.run({cs[i]->config, steps, /*validate=*/true});
+    if (runs[i].status == JobStatus::kInterrupted) return q.interrupted = true, q;
+    PlanTrial t;
+    t.stage = "ranks";
+    t.purpose = "quality";
+    t.config = cs[i]->config;
+    t.fits = runs[i].status == JobStatus::kOk;
+    t.samples_per_s = runs[i].job_samples_per_s;
+    t.steps = steps * cs[i]->ranks;
+    plan.trials.push_back(t);
+    plan.probe_steps += t.steps;
+  }
+  const JobOutcome &a = runs[0], &b = runs[1];
+  const std::string n = std::to_string(steps * global) + " samples";
+  if (a.status != JobStatus::kOk || !std::isfinite(a.val_loss))
+    return q.text = no + "one process's quality run " +
+                    (a.status != JobStatus::kOk ? "failed (" + a.reason + ")" : "had no validation"), q;
+  if (b.status != JobStatus::kOk || !std::isfinite(b.val_loss))
+    return q.rejected = true, q.text = "its quality run " +
+               (b.status != JobStatus::kOk ? "failed (" + b.reason + ")" : "had no validation"), q;
+  const double tol = o.quality_tolerance;
+  const bool accuracy_ok = !std::isfinite(a.val_accuracy) || !std::isfinite(b.val_accuracy) ||
+                           a.val_accuracy - b.val_accuracy <= tol;
+  const bool loss_ok = b.val_loss - a.val_loss <= tol * std::abs(a.val_loss);
+  q.rejected = !(accuracy_ok && loss_ok);
+  q.text = "after " + n + " its " + validation_text(b) + (q.rejected ? " is worse than" : " matches") +
+           " one process's " + validation_text(a) + (q.rejected ? " beyond" : " within") +
+           " the tolerance (" + format_fixed(100 * tol, 1) + " points, " + format_fixed(100 * tol, 1) +
+           "% of the loss)";
+  return q;
+}
+
 std::string verdict_text(const Candidate& one, const Candidate& best, bool change,
                          bool interrupted, double min_gain) {
   if (interrupted) return "interrupted: the plan keeps its processes";
@@ -269,8 +336,9 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
     plan.stages.push_back(stage);
     return;
   }
+  const auto start = std::chrono::steady_clock::now();
   const RoundsEnd end = run_rounds(plan, candidates, o, runner, steps, per_run_s);
-  const bool interrupted = end.interrupted;
+  bool interrupted = end.interrupted;
   const Candidate& one = candidates[0];
   const Candidate* best = &one;
   for (const Candidate& c : candidates) {
@@ -279,18 +347,33 @@ void tune_ranks(Plan& plan, const RanksStageOptions& o, JobRunner& runner) {
   // More processes must beat one by the tuner's rule (a clear gain, beyond the runs' noise).
   // When one process failed (out of memory), the fastest layout that ran is taken.
   const bool one_failed = !one.failed.empty() || one.over_memory;
-  const bool change =
-      !interrupted && best != &one && best->usable() &&
-      (one_failed || (one.usable() && beats(best->median(), best->noise(), one.median(),
-                                            one.noise(), o.min_gain)));
+  bool change = !interrupted && best != &one && best->usable() &&
+                (one_failed || (one.usable() && beats(best->median(), best->noise(), one.median(),
+                                                      one.noise(), o.min_gain)));
+  std::string verdict = verdict_text(one, *best, change, interrupted, o.min_gain);
+  if (change) {  // and only if its validation matches one process's
+    const double spent_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const LayoutQuality q = check_layout_quality(plan, one, *best, o, runner, global, spent_s);
+    if (q.interrupted) {
+      interrupted = true;
+      change = false;
+      verdict = verdict_text(one, *best, false, true, o.min_gain);
+    } else if (q.rejected) {
+      verdict = "kept one process: " + best->describe() + " was fastest, but " + q.text;
+      change = false;
+      best = &one;
+    } else {
+      verdict += "; " + q.text;
+    }
+  }
   stage.before_samples_per_s = one.median();
   stage.after_samples_per_s = change ? best->median() : one.median();
   stage.changed = change;
   stage.why = "global batch " + std::to_string(global) + ", samples/s of the job (median of " +
               std::to_string(o.rounds) + " train runs of " + std::to_string(steps) +
               " steps each): " + measured_text(candidates, global) +
-              (end.out_of_budget ? "; stopped at the budget" : "") + "; " +
-              verdict_text(one, *best, change, interrupted, o.min_gain);
+              (end.out_of_budget ? "; stopped at the budget" : "") + "; " + verdict;
   if (change) {
     plan.config = best->config;
     plan.tuned.samples_per_s = best->median();

@@ -21,9 +21,11 @@ class ScriptedJobs : public JobRunner {
   explicit ScriptedJobs(Script script) : script_(std::move(script)) {}
   JobOutcome run(const JobRequest& r) override {
     requests.push_back(r);
+    if (r.validate && validate) return validate(r);
     return script_(r.config.world_size, runs_[r.config.world_size]++);
   }
   std::vector<JobRequest> requests;
+  std::function<JobOutcome(const JobRequest&)> validate;  ///< quality runs, when set
 
  private:
   Script script_;
@@ -292,6 +294,75 @@ TEST(RanksStage, Issue19_WhenMemoryBindsASplitByTensorIsMeasuredAndTakenWhereItA
   o.user_did_not_fit = false;
   tune_ranks(plain, o, fits);
   for (const JobRequest& r : fits.requests) EXPECT_EQ(r.config.tensor_parallel, 1);
+}
+
+// A layout kept in place of one process must validate as one process does (the same samples
+// and seed through train): else one process is kept, and the stage says why.
+TEST(RanksStage, Issue19_ALayoutIsKeptOnlyWhenItsValidationMatchesOneProcesss) {
+  auto validated = [](double loss, double accuracy) {
+    JobOutcome o = ok(4000);
+    o.val_loss = loss;
+    o.val_accuracy = accuracy;
+    return o;
+  };
+  struct Case {
+    double loss, accuracy;
+    bool kept;
+    const char* says;
+  };
+  for (const Case& c : {Case{1.004, 0.80, true, "matches one process's val loss 1.0000"},
+                        Case{1.100, 0.80, false, "is worse than one process's"},
+                        Case{1.000, 0.75, false, "is worse than one process's"}}) {
+    ScriptedJobs jobs([](int ranks, int) { return ok(ranks == 1 ? 3000 : ranks == 2 ? 4200 : 3900); });
+    jobs.validate = [&](const JobRequest& r) {
+      return r.config.world_size == 1 ? validated(1.0, 0.80) : validated(c.loss, c.accuracy);
+    };
+    Plan plan = tuned_plan();
+    RanksStageOptions o = four_cores();
+    o.quality_samples = 1000;
+    tune_ranks(plan, o, jobs);
+    const PlanStage& st = plan.stages.back();
+    EXPECT_EQ(st.changed, c.kept) << st.why;
+    EXPECT_EQ(plan.config.world_size, c.kept ? 2 : 1) << st.why;
+    EXPECT_NE(st.why.find(c.says), std::string::npos) << st.why;
+    if (!c.kept) {
+      EXPECT_NE(st.why.find("kept one process: 2 ranks × 2 threads was fastest, but after 1024 "
+                            "samples"), std::string::npos) << st.why;
+    }
+    // One quality run each, one process's first, of whole steps of the global batch.
+    std::vector<JobRequest> quality;
+    for (const JobRequest& r : jobs.requests)
+      if (r.validate) quality.push_back(r);
+    ASSERT_EQ(quality.size(), 2u);
+    EXPECT_EQ(quality[0].config.world_size, 1);
+    EXPECT_EQ(quality[1].config.world_size, 2);
+    EXPECT_EQ(quality[0].steps, 4) << "1000 samples in steps of 256";
+    int quality_trials = 0;
+    for (const PlanTrial& t : plan.trials) quality_trials += t.purpose == "quality";
+    EXPECT_EQ(quality_trials, 2);
+  }
+  // Not checked, and said so: no quality runs asked, or no one process to compare with.
+  ScriptedJobs unasked([](int ranks, int) { return ok(ranks == 1 ? 3000 : 4200); });
+  Plan plan = tuned_plan();
+  tune_ranks(plan, four_cores(), unasked);
+  EXPECT_EQ(plan.config.world_size, 2);
+  EXPECT_NE(plan.stages.back().why.find("its validation was not checked: no quality runs"),
+            std::string::npos) << plan.stages.back().why;
+  ScriptedJobs one_fails([](int ranks, int) {
+    if (ranks > 1) return ok(4200);
+    JobOutcome o;
+    o.status = JobStatus::kFailed;
+    o.reason = "rank 0 ran out of memory";
+    return o;
+  });
+  Plan memory_bound = tuned_plan();
+  RanksStageOptions o = four_cores();
+  o.quality_samples = 1000;
+  tune_ranks(memory_bound, o, one_fails);
+  EXPECT_EQ(memory_bound.config.world_size, 2);
+  EXPECT_NE(memory_bound.stages.back().why.find("one process does not run to compare with"),
+            std::string::npos) << memory_bound.stages.back().why;
+  for (const JobRequest& r : one_fails.requests) EXPECT_FALSE(r.validate);
 }
 
 }  // namespace saturate
