@@ -657,6 +657,7 @@ class Trainer::FitLoop {
   // on whether any was told to stop, wants a checkpoint or saw the run diverge; the signal
   // reaches them at slightly different steps.
   bool agree_ = false;
+  bool agree_at_boundary_ = false;  // agree_, or a split model's processes (Trainer::vote_)
   bool writer_ = true;
   bool adaptive_ = false;
   AdaptiveBatchRule rule_;
@@ -692,6 +693,7 @@ Trainer::FitLoop::FitLoop(Trainer& trainer, BatchSource& batches, const DatasetS
   periodic_ = has_val_ ? &data.validation : &data.test;
   prefix_ = has_val_ ? "val_" : "test_";
   agree_ = t_.sync_ && t_.sync_->world_size() > 1;
+  agree_at_boundary_ = agree_ || static_cast<bool>(t_.vote_);
   writer_ = !t_.sync_ || t_.sync_->rank() == 0;
   const TrainOptions& o = t_.options_;
   adaptive_ = o.adaptive_batch;
@@ -769,11 +771,12 @@ bool Trainer::FitLoop::continue_at_boundary(int64_t step) {
   bool due = hook && step > first_ && step < total_ && hook->is_due(step);
   bool diverged = summary_.divergence.has_value();
   bool reached = target_hit_;
-  if (agree_) {
+  if (agree_at_boundary_) {
     if (step % kAgreeEvery == 0) {
       std::vector<double> votes = {stopping ? 1.0 : 0.0, due ? 1.0 : 0.0, diverged ? 1.0 : 0.0,
                                    target_hit_ ? 1.0 : 0.0};
-      t_.sync_->sum_across_ranks(votes);
+      if (t_.vote_) t_.vote_(votes);
+      else t_.sync_->sum_across_ranks(votes);
       stopping = votes[0] > 0;
       due = votes[1] > 0;
       diverged = votes[2] > 0;

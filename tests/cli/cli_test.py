@@ -1568,18 +1568,14 @@ def case_issue19_pipeline_bad_input(tmp):
             (["--pipeline-stages", "2", "--pipeline-schedule", "zigzag"],
              "--pipeline-schedule: 'zigzag' is not a pipeline schedule (gpipe, 1f1b)"),
             (["--pipeline-stages", "2", "--pipeline-split", "random"], "--pipeline-split: 'random'"),
-            (["--pipeline-stages", "2", "--checkpoint-dir", os.path.join(tmp, "ck")],
-             "--pipeline-stages: cannot be combined with --checkpoint-dir yet"),
             (["--pipeline-stages", "2", "--accumulate", "2"],
              "--pipeline-stages: cannot be combined with --accumulate"),
             (["--tensor-parallel", "0"], "--tensor-parallel must be at least 1, got 0"),
             (["--tensor-parallel", "2", "--pipeline-stages", "2"],
              "--tensor-parallel with --pipeline-stages: both at once are not built yet"),
-            (["--tensor-parallel", "2", "--resume", os.path.join(tmp, "ck")],
-             "--tensor-parallel: cannot be combined with --resume yet")):
+            (["--tensor-parallel", "2", "--recompute-segments", "2"],
+             "--tensor-parallel: cannot be combined with --recompute-segments yet")):
         expect_usage_error(base + flags, want)
-    if os.path.exists(os.path.join(tmp, "ck")):
-        fail("a rejected run made its checkpoint folder")
     # Found by the ranks once they know the model and the world: one line, exit 2, through the
     # launcher.
     for argv, want in (
@@ -1948,6 +1944,54 @@ def case_issue15_tune_measures_ranks_against_threads(tmp):
     if "BatchNorm statistics" not in stage["why"] or bn["config"]["world_size"] != 1 or \
             any(t["stage"] == "ranks" for t in bn["trials"]):
         fail(f"the ranks stage ran on a BatchNorm model: {stage}")
+
+
+def case_issue19_split_runs_checkpoint_and_resume(tmp):
+    # A split model keeps a checkpoint folder per part (DIR/part-K-of-N), its processes agree
+    # on the steps they checkpoint and stop at, and a resumed run ends with the weights of an
+    # uninterrupted one, byte for byte: 2 pipeline stages and a 2-way tensor split, resumed
+    # from step 32 of 48. Parts whose newest checkpoints differ, and a split run resumed from
+    # one step's folder, are one line and exit 2.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    layouts = {
+        "pipeline": ["train", "--data", "synthetic:1,28,28,10,600", "--model", "mlp", "--steps",
+                     "48", "--batch-size", "16", "--lr", "0.01", "--threads", "1", "-q",
+                     "--no-eval", "--seed", "3", "--pipeline-stages", "2", "--micro-batches", "4"],
+        "tensor": ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
+                   "text:" + LICENSES, "--seq-len", "32", "--steps", "48", "--batch-size", "8",
+                   "--threads", "1", "-q", "--no-eval", "--tensor-parallel", "2"]}
+    for name, common in layouts.items():
+        whole, resumed = os.path.join(tmp, name + "-a.safetensors"), os.path.join(tmp, name + "-b.safetensors")
+        ck = os.path.join(tmp, name + "-ck")
+        for argv in (common + ["--save-model", whole], common + ["--checkpoint-dir", ck, "--checkpoint-every", "16"]):
+            code, out, err = run(*argv, timeout=240)
+            if code != 0:
+                fail(f"{name}: exit {code}\n{err[-2000:]}")
+        parts = sorted(os.listdir(ck))
+        steps = [sorted(os.listdir(os.path.join(ck, p))) for p in parts]
+        if parts != ["part-0-of-2", "part-1-of-2"] or \
+                any(st != ["step-00000016", "step-00000032", "step-00000048"] for st in steps):
+            fail(f"{name}: checkpoint folders {parts} {steps}")
+        for p in parts:
+            shutil.rmtree(os.path.join(ck, p, "step-00000048"))
+        code, out, err = run(*common, "--checkpoint-dir", ck, "--resume", "auto", "--save-model",
+                             resumed, timeout=240)
+        if code != 0 or "resuming from" not in err or "(step 32)" not in err:
+            fail(f"{name}: resume: exit {code}\n{err[-2000:]}")
+        if open(whole, "rb").read() != open(resumed, "rb").read():
+            fail(f"{name}: the resumed run's weights differ from the uninterrupted run's")
+    ck = os.path.join(tmp, "pipeline-ck")
+    for step in ("step-00000048", "step-00000032"):  # part 1 now ends at 16, part 0 at 48
+        shutil.rmtree(os.path.join(ck, "part-1-of-2", step))
+    # Found by the ranks once each has read its part: exit 2, the reason last, through the
+    # launcher.
+    code, out, err = run(*layouts["pipeline"], "--checkpoint-dir", ck, "--resume", "auto", timeout=120)
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    if code != 2 or "the parts' checkpoint folders do not match" not in last or \
+            not last.startswith("saturate: error: "):
+        fail(f"parts at different steps: exit {code}\n{err[-2000:]}")
+    expect_usage_error(layouts["pipeline"] + ["--resume", os.path.join(ck, "part-0-of-2", "step-00000016")],
+                       "resumes from its run's checkpoint folder")
 
 
 def case_issue19_tune_checks_a_layouts_validation(tmp):

@@ -103,7 +103,7 @@ int report(const TrainReport& r, const TrainFlags& f, const CheckpointOptions& c
   }
   if (!s.last_checkpoint.empty() && s.is_interrupted)
     SATURATE_LOG_INFO("train: stopped at step ", s.steps, "; saved ", s.last_checkpoint,
-                      " (continue with --resume ", checkpoints.dir, ")");
+                      " (continue with --resume ", f.checkpoints.dir, ")");
   if (s.is_interrupted && g_terminated.load()) return static_cast<int>(ExitCode::kTerminated);
   return static_cast<int>(s.is_interrupted ? ExitCode::kInterrupted : ExitCode::kOk);
 }
@@ -133,12 +133,14 @@ int run_train(const std::vector<std::string>& args) {
   rf.train.max_skipped_steps = f.checkpoints.max_skipped_steps;
   const Recipe recipe = resolve_recipe(rf, "train");
   const TrainOptions& opts = recipe.train;
-  const CheckpointOptions checkpoints = checkpoint_options(f.checkpoints);
+  // A split model keeps a checkpoint folder per part (stage or share) under the run's.
+  const int part = split > 1 ? dist_env_from_environment().rank % split : 0;
+  const CheckpointOptions checkpoints = checkpoint_options(for_part(f.checkpoints, part, split));
   // Fail on an unwritable summary path now, not after the run.
   if (!f.summary_json.empty()) check_writable(f.summary_json, "--summary-json");
   if (!f.checkpoints.save_model.empty()) check_save_model_path(f.checkpoints.save_model);
   check_sink_paths(f.logdir, f.trace);
-  const std::optional<LoadedCheckpoint> resume = find_resume(f.checkpoints);
+  const std::optional<LoadedCheckpoint> resume = find_resume(for_part(f.checkpoints, part, split));
   // With checkpoints, SIGTERM (a preemption) saves the run before it ends, as Ctrl-C does.
   if (!checkpoints.dir.empty()) stop_on_sigterm();
   // Data parallel when a launcher says so: each rank trains --batch-size samples of its shard,
@@ -164,9 +166,10 @@ int run_train(const std::vector<std::string>& args) {
   Trainer trainer(*mp.trained, opts, dp.device, memory.get(), mp.sync);
   trainer.set_staged_step(mp.pipe.step.get());
   if (resume) trainer.restore(resume->state);
+  agree_split_run(trainer, dp.group.get(), split, resume);
   std::optional<PeriodicCheckpoints> hook;
   if (!checkpoints.dir.empty()) {
-    hook.emplace(checkpoints, recipe_info, /*is_writer=*/dp.env.rank == 0);
+    hook.emplace(checkpoints, recipe_info, /*is_writer=*/dp.env.rank < split);  // replica 0
     trainer.set_checkpoint_hook(&*hook);
   }
   RunSinks sinks(f.quiet, f.logdir, f.trace, f.sample_interval_ms, dp.env,

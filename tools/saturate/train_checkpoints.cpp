@@ -98,6 +98,20 @@ CheckpointOptions checkpoint_options(const CheckpointFlags& f) {
   return o;
 }
 
+CheckpointFlags for_part(const CheckpointFlags& f, int part, int parts) {
+  if (parts <= 1) return f;
+  CheckpointFlags out = f;
+  const std::string sub = "/part-" + std::to_string(part) + "-of-" + std::to_string(parts);
+  if (!out.dir.empty()) out.dir += sub;
+  if (!out.resume.empty() && out.resume != "auto") {
+    SATURATE_CHECK(!is_checkpoint_folder(out.resume), "train: --resume ", out.resume,
+                   ": a model split over processes resumes from its run's checkpoint folder (the "
+                   "one holding part-K-of-N), not from one step's");
+    out.resume += sub;
+  }
+  return out;
+}
+
 std::optional<LoadedCheckpoint> find_resume(const CheckpointFlags& f) {
   if (f.resume.empty()) return std::nullopt;
   const bool is_auto = f.resume == "auto";

@@ -43,6 +43,11 @@ CheckpointOptions checkpoint_options(const CheckpointFlags& flags);
 /// fresh start). Damaged newer ones are logged as passed over. Throws saturate::Error (exit 2)
 /// when --resume names a folder with no usable checkpoint.
 std::optional<LoadedCheckpoint> find_resume(const CheckpointFlags& flags);
+/// A model split over `parts` processes (a pipeline's stages, a tensor split's shares) keeps one
+/// checkpoint folder per part under the run's, DIR/part-K-of-N (written by replica 0's process
+/// of part K, read by every replica's): the flags with --checkpoint-dir and --resume pointing
+/// there. A split run resumes from its run's folder, not one step's (saturate::Error).
+CheckpointFlags for_part(const CheckpointFlags& flags, int part, int parts);
 
 /// Refuses (saturate::Error naming the setting) a checkpoint of another run; logs settings that
 /// changed but can continue, and where the run resumes.

@@ -54,11 +54,10 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
 
 std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& checkpoints,
                                   const PipelineFlags& f) {
-  if (!checkpoints.dir.empty()) return "--checkpoint-dir";
+  for_part(checkpoints, 0, f.ranks_per_replica());  // refuses one step's folder for a split
   // A pipeline's stages agree on the loss scaler's skips (Trainer::set_staged_step); a tensor
   // split's shares do not yet.
   if (f.tensor_parallel > 1 && rf.precision == "fp16") return kTensorParallelFp16;
-  if (!checkpoints.resume.empty()) return "--resume";
   // The trainer's own list; the precision is still the flag's text here (resolved later).
   TrainOptions o = rf.train;
   if (rf.precision == "fp16") o.precision = Precision::kFp16;
@@ -317,6 +316,25 @@ std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelPa
   state = whole.named_state();
   for (const std::string& bytes : all) unpack_state(bytes, state);
   return state;
+}
+
+void agree_split_run(Trainer& trainer, DistGroup* group, int parts,
+                     const std::optional<LoadedCheckpoint>& resume) {
+  if (parts <= 1 || group == nullptr) return;
+  // Every part must continue from the same step: a part whose newest checkpoint is older (its
+  // newer one damaged) would train other steps than its neighbours.
+  const double mine = resume ? static_cast<double>(resume->state.step) : -1.0;
+  for (const std::vector<double>& other : group->allgather({mine}))
+    SATURATE_CHECK(other[0] == mine, "train: --resume: this process's part ",
+                   resume ? "resumes at step " + std::to_string(resume->state.step) : "has no checkpoint",
+                   " but another part's ",
+                   other[0] < 0 ? std::string("has none") : "resumes at step " + std::to_string(static_cast<int64_t>(other[0])),
+                   ": the parts' checkpoint folders do not match");
+  trainer.set_boundary_vote([group](std::vector<double>& votes) {
+    std::vector<at::Tensor> t = {torch::tensor(votes, torch::kDouble)};
+    group->allreduce_sum(t);
+    for (size_t i = 0; i < votes.size(); ++i) votes[i] = t[0][static_cast<int64_t>(i)].item<double>();
+  });
 }
 
 void settle_model_parallel(const PipelineFlags& f, RecipeFlags& rf, const CheckpointFlags& ck,

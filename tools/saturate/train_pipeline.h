@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,8 @@ struct StageReport;
 struct TrainReport;
 struct TrainSummary;
 struct TrainOptions;
+class Trainer;
+struct LoadedCheckpoint;
 }  // namespace saturate
 
 namespace saturate::cli {
@@ -121,6 +124,11 @@ struct ModelParallelRun {
   Model* trained = nullptr;      ///< what this rank's Trainer trains: its stage, or the model
   GradientSync* sync = nullptr;  ///< the data-parallel sync over the replicas (may be null)
 };
+/// A split run's processes (`parts` a replica, over the job's `group`): they check that each
+/// resumes from the same step (saturate::Error otherwise) and agree at step boundaries on
+/// stopping, checkpoints and divergence (Trainer::set_boundary_vote). Nothing for a whole model.
+void agree_split_run(Trainer& trainer, DistGroup* group, int parts,
+                     const std::optional<LoadedCheckpoint>& resume);
 /// The whole model's state (Model::named_state's names and shapes) on rank 0 of a split run, for
 /// --save-model: replica 0's stages send theirs there; a tensor split's shares are gathered.
 /// Empty elsewhere and for a whole model. A collective: every rank calls it.

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -183,11 +184,16 @@ class Trainer {
   /// when `stop` ends the run (preemption) and when it completes. Under data parallel the ranks
   /// agree on it every 8 steps and rank 0 saves. `hook` must outlive fit(); null: none.
   void set_checkpoint_hook(CheckpointHook* hook) { hook_ = hook; }
+  /// For a model split over processes (pipeline stages, tensor shares): `sum` adds a few
+  /// numbers over every process of the job (a collective each calls at the same point), through
+  /// which they agree every 8 steps on stopping, checkpoints and divergence, as data-parallel
+  /// ranks do. Set before fit(); empty: none.
+  void set_boundary_vote(std::function<void(std::vector<double>&)> sum) { vote_ = std::move(sum); }
   /// Pipeline parallelism (train/staged_step.h): the trainer's model is this process's stage,
   /// and every step's forward and backward and every evaluation batch go through `staged`,
   /// which must outlive fit(). Set before fit(); null: none. saturate::Error for what a staged
-  /// step cannot do yet: data parallel (a sync), accumulation, fp16's loss scaler, recomputation
-  /// and --adaptive-batch, each named.
+  /// step cannot do yet: data parallel (a sync), accumulation, recomputation and --adaptive-batch,
+  /// each named.
   void set_staged_step(StagedStep* staged);
 
   const TrainOptions& options() const { return options_; }
@@ -267,6 +273,7 @@ class Trainer {
   std::unique_ptr<State> state_;
   std::unique_ptr<PhaseTimer> timer_;
   CheckpointHook* hook_ = nullptr;
+  std::function<void(std::vector<double>&)> vote_;  // set_boundary_vote
   StagedStep* staged_ = nullptr;
 };
 
