@@ -1876,23 +1876,28 @@ def case_issue15_plan_rules_on_the_global_batch(tmp):
         fail(f"--ranks against the launcher's world: exit {code}\n{err}")
 
 
+def tune_plan(tmp, args, timeout):
+    """Runs `saturate tune` with `args` writing tmp/plan.json; fails the test unless it exits 0.
+    Returns (the plan's path, the plan)."""
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", *args, "--out", plan_path, timeout=timeout)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
+    with open(plan_path) as f:
+        return plan_path, json.load(f)
+
+
 def case_issue15_tune_measures_ranks_against_threads(tmp):
     # On CPU the ranks stage runs the plan as 1 process × all cores and as 2 processes × half,
     # through train itself, and keeps the faster; train --config then runs what it kept.
     # Samples that cost 300 us each to make: one process decodes them on one core (its workers
     # compete with its training thread), two processes on two. Usually 2 ranks win here.
-    plan_path = os.path.join(tmp, "plan.json")
     # The user's batch kept and no quality guard: the guard sizes its runs to the budget left
     # and, on a loaded machine (ctest --parallel), left too little for the ranks stage, the
     # subject here; a grown batch makes each ranks run longer than the budget affords.
-    code, out, err = run("tune", "--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
-                         "--batch-size", "64", "--budget-s", "60", "--max-ranks", "2",
-                         "--effective-batch", "keep", "--quality-samples", "0",
-                         "--out", plan_path, timeout=240)
-    if code != 0:
-        fail(f"tune exit {code}\n{out}\n{err}")
-    with open(plan_path) as f:
-        plan = json.load(f)
+    plan_path, plan = tune_plan(tmp, ["--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
+                                      "--batch-size", "64", "--budget-s", "60", "--max-ranks", "2",
+                                      "--effective-batch", "keep", "--quality-samples", "0"], 240)
     [stage] = [s for s in plan["stages"] if s["name"] == "ranks"]
     cores = len(os.sched_getaffinity(0))
     if cores < 2:
@@ -1999,15 +2004,9 @@ def case_issue19_tune_checks_a_layouts_validation(tmp):
     # decode-heavy samples, which usually win) is first trained on the quality samples through
     # train, as is one process, from the same seed, and kept only when its validation matches
     # one process's (a unit test shows a worse one turned down).
-    plan_path = os.path.join(tmp, "plan.json")
-    code, out, err = run("tune", "--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
-                         "--batch-size", "64", "--budget-s", "120", "--max-ranks", "2",
-                         "--effective-batch", "keep", "--quality-samples", "2048",
-                         "--out", plan_path, timeout=300)
-    if code != 0:
-        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
-    with open(plan_path) as f:
-        plan = json.load(f)
+    _, plan = tune_plan(tmp, ["--data", "synthetic:1,28,28,10,2048,300", "--model", "mlp",
+                              "--batch-size", "64", "--budget-s", "120", "--max-ranks", "2",
+                              "--effective-batch", "keep", "--quality-samples", "2048"], 300)
     if len(os.sched_getaffinity(0)) < 2:
         print("one usable core: no layout to check")
         return
