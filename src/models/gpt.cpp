@@ -413,20 +413,21 @@ bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
   return true;
 }
 
-bool is_split_parameter(const std::string& name) {
+// How the parameter `name` is split over a tensor-parallel group; nullptr: it stays whole.
+const SplitParam* split_param_of(const std::string& name) {
   for (const SplitParam& sp : kSplitParams) {
     const std::string tail = sp.suffix;
     if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
-      return true;
+      return &sp;
   }
-  return false;
+  return nullptr;
 }
 
 std::vector<at::Tensor> GptModel::tensor_parallel_shares() {
   std::vector<at::Tensor> out;
   if (tp_ == nullptr) return out;
   for (const auto& [name, t] : named_parameters())
-    if (is_split_parameter(name)) out.push_back(t);
+    if (split_param_of(name) != nullptr) out.push_back(t);
   return out;
 }
 
@@ -434,16 +435,8 @@ std::vector<std::pair<std::string, at::Tensor>> GptModel::whole_named_parameters
   std::vector<std::pair<std::string, at::Tensor>> out = named_parameters();
   if (tp_ == nullptr) return out;
   torch::NoGradGuard no_grad;
-  for (auto& [name, t] : out) {
-    for (const SplitParam& sp : kSplitParams) {
-      const std::string tail = sp.suffix;
-      if (name.size() >= tail.size() &&
-          name.compare(name.size() - tail.size(), tail.size(), tail) == 0) {
-        t = whole_of(t.detach(), sp.dim, sp.parts, *tp_);
-        break;
-      }
-    }
-  }
+  for (auto& [name, t] : out)
+    if (const SplitParam* sp = split_param_of(name)) t = whole_of(t.detach(), sp->dim, sp->parts, *tp_);
   return out;
 }
 

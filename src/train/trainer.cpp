@@ -127,6 +127,14 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
   state_->params = model_.parameters();
   state_->optimizer = make_optimizer(options_, state_->params);
   state_->scaler = std::make_unique<GradScaler>(scaler_options(options_));
+  // A model split by tensor: which parameters are shares, for the gradient norm (found once
+  // here, not by name every step).
+  if (model_.tensor_parallel_group() != nullptr) {
+    const std::vector<at::Tensor> shares = model_.tensor_parallel_shares();
+    for (const at::Tensor& p : state_->params)
+      tp_share_.push_back(std::any_of(shares.begin(), shares.end(),
+                                      [&](const at::Tensor& s) { return s.is_same(p); }));
+  }
   timer_ = device_.is_cuda() ? make_cuda_phase_timer(device_.has_index() ? device_.index() : 0)
                              : make_steady_phase_timer();
 }
@@ -153,16 +161,14 @@ namespace {
 // as torch.nn.utils.clip_grad_norm_ does.
 // Pipeline parallel (`staged`): the norm of every stage's gradients, summed across the stages,
 // so each clips by the same coefficient; a stage without gradients adds 0 on `device`.
-// A model split by tensor: the shares' squared norms summed over its group, the whole
-// parameters' (the same on every rank) counted once.
-at::Tensor split_grad_norm(Model& split, const std::vector<at::Tensor>& params) {
-  const std::vector<at::Tensor> shares = split.tensor_parallel_shares();
+// A model split by tensor: the shares' squared norms (`is_share`, by parameter) summed over
+// its group, the whole parameters' (the same on every rank) counted once.
+at::Tensor split_grad_norm(TensorParallelGroup& tp, const std::vector<bool>& is_share,
+                           const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> shared, whole;
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].grad().defined()) continue;
-    const bool share = std::any_of(shares.begin(), shares.end(),
-                                   [&](const at::Tensor& s) { return s.is_same(params[i]); });
-    (share ? shared : whole).push_back(params[i].grad());
+    (is_share[i] ? shared : whole).push_back(params[i].grad());
   }
   auto squares = [](const std::vector<at::Tensor>& gs, const at::TensorOptions& on) {
     return gs.empty() ? torch::zeros({}, on)
@@ -170,13 +176,15 @@ at::Tensor split_grad_norm(Model& split, const std::vector<at::Tensor>& params) 
   };
   const at::TensorOptions on = params.front().options().dtype(at::kDouble);
   at::Tensor mine = squares(shared, on).reshape({1}).contiguous();
-  split.tensor_parallel_group()->all_reduce_sum(mine);
+  tp.all_reduce_sum(mine);
   return (mine.reshape({}) + squares(whole, on)).sqrt().to(at::kFloat);
 }
 
 at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_norm,
                               StagedStep* staged = nullptr,
-                              const c10::Device& device = c10::kCPU, Model* split = nullptr) {
+                              const c10::Device& device = c10::kCPU,
+                              TensorParallelGroup* tp = nullptr,
+                              const std::vector<bool>& is_share = {}) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
@@ -195,8 +203,8 @@ at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_
         counted.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
                         : at::stack(at::_foreach_norm(counted, 2)).to(at::kDouble).square().sum();
     total = staged->sum_across_stages(mine).sqrt().to(at::kFloat);
-  } else if (split != nullptr) {
-    total = split_grad_norm(*split, params);
+  } else if (tp != nullptr) {
+    total = split_grad_norm(*tp, is_share, params);
   } else {
     total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)).to(at::kFloat), 2);
   }
@@ -448,7 +456,7 @@ at::Tensor Trainer::train_step(const at::Tensor& batch_x, const at::Tensor& y, S
   if (scaler.is_enabled()) scaler.unscale(state_->params);
   if (noise.on) measure_whole_step(noise, batch, micro, world);
   last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, nullptr, device_,
-                                       model_.tensor_parallel_group() != nullptr ? &model_ : nullptr);
+                                       model_.tensor_parallel_group(), tp_share_);
   double scale_used = 1.0;
   if (scaler.is_enabled()) {
     // The scaler reads its found-inf flag on the host: loss scaling waits for the device here,

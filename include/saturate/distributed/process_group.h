@@ -66,7 +66,6 @@ class DistGroup {
   class PendingRecv {
    public:
     PendingRecv() = default;
-    bool posted() const { return state_ != nullptr; }
     at::Tensor wait();
 
    private:

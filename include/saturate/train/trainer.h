@@ -274,6 +274,7 @@ class Trainer {
   std::unique_ptr<PhaseTimer> timer_;
   CheckpointHook* hook_ = nullptr;
   std::function<void(std::vector<double>&)> vote_;  // set_boundary_vote
+  std::vector<bool> tp_share_;  // by parameter, of a model split by tensor: held as a share
   StagedStep* staged_ = nullptr;
 };
 
