@@ -1399,6 +1399,15 @@ def saving(tmp, layouts):
                  for name, extra in layouts)
 
 
+def gpt_clipped_hard(steps):
+    """`train` of a 2-block GPT on the license texts with plain SGD and the gradient clipped
+    hard (every step's norm is over 0.2): a layout that computes the norm wrongly drifts."""
+    return ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
+            "text:" + LICENSES, "--seq-len", "32", "--steps", str(steps), "--optimizer", "sgd",
+            "--lr", "0.5", "--schedule", "constant", "--clip-grad-norm", "0.2",
+            "--threads", "1", "-q"]
+
+
 def case_issue19_train_tensor_parallel_as_one_process(tmp):
     # train --tensor-parallel 2 starts 2 ranks, each holding half of every block's attention
     # heads and MLP columns; 2 x 2 ranks add data parallel over the replicas. Their losses are
@@ -1407,11 +1416,7 @@ def case_issue19_train_tensor_parallel_as_one_process(tmp):
     # share's squares summed over the ranks, the whole tensors' counted once (a rank clipping
     # by its own shares' norm drifts from one process).
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
-    common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
-              "text:" + LICENSES, "--seq-len", "32", "--steps", "12", "--optimizer", "sgd",
-              "--lr", "0.5", "--schedule", "constant", "--clip-grad-norm", "0.2",
-              "--threads", "1", "-q"]
-    results = train_layouts(tmp, common, saving(tmp, (
+    results = train_layouts(tmp, gpt_clipped_hard(12), saving(tmp, (
         ("one", ["--batch-size", "8"]),
         ("tp2", ["--batch-size", "8", "--tensor-parallel", "2"]),
         ("tp2x2", ["--batch-size", "4", "--tensor-parallel", "2"]))))
@@ -1434,11 +1439,7 @@ def case_issue19_train_gpt_pipeline_as_one_process(tmp):
     # split profiling token windows, 2 stages (and 2 replicas of them) train as one process,
     # and their saved models (replica 0's stages gathered on rank 0) are one process's.
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
-    common = ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
-              "text:" + LICENSES, "--seq-len", "32", "--steps", "8", "--optimizer", "sgd",
-              "--lr", "0.5", "--schedule", "constant", "--clip-grad-norm", "0.2",
-              "--threads", "1", "-q"]
-    results = train_layouts(tmp, common, saving(tmp, (
+    results = train_layouts(tmp, gpt_clipped_hard(8), saving(tmp, (
         ("one", ["--batch-size", "8"]),
         ("pp2", ["--batch-size", "8", "--pipeline-stages", "2", "--micro-batches", "4"]),
         ("pp2x2", ["--batch-size", "4", "--pipeline-stages", "2", "--micro-batches", "2",

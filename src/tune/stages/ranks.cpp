@@ -83,18 +83,24 @@ bool dp_allowed(const RanksStageOptions& o) {
   return o.cores >= 2 && o.max_ranks >= 2 && !o.model_has_buffers;
 }
 
+// The plan as one replica split over `ranks` processes sharing the cores: as pipeline stages, or
+// by tensor.
+Candidate split_candidate(const RunConfig& tuned, const RanksStageOptions& o, int ranks, bool pipeline) {
+  Candidate c;
+  c.ranks = ranks;
+  c.pipeline = pipeline;
+  c.tensor = !pipeline;
+  c.threads = std::max(1, o.cores / ranks);
+  c.config = pipeline ? as_pipeline(tuned, ranks, c.threads) : as_tensor_parallel(tuned, ranks, c.threads);
+  return c;
+}
+
 void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vector<Candidate>& out) {
   if (!o.user_did_not_fit || o.pipeline_layers < 2) return;
   const int64_t global = tuned.train.batch_size * tuned.world_size;
   const int most = static_cast<int>(std::min<int64_t>(std::min(o.cores, o.max_ranks), o.pipeline_layers));
-  for (int stages = 2; stages <= most && stages <= global; stages *= 2) {
-    Candidate c;
-    c.ranks = stages;
-    c.pipeline = true;
-    c.threads = std::max(1, o.cores / stages);
-    c.config = as_pipeline(tuned, stages, c.threads);
-    out.push_back(c);
-  }
+  for (int stages = 2; stages <= most && stages <= global; stages *= 2)
+    out.push_back(split_candidate(tuned, o, stages, /*pipeline=*/true));
 }
 
 void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
@@ -102,15 +108,9 @@ void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
   const TrainOptions& t = tuned.train;
   if (!o.user_did_not_fit || t.precision == Precision::kFp16 || t.adaptive_batch)
     return;
-  for (int ranks : o.tensor_parallel_sizes) {
-    if (ranks > std::min(o.cores, o.max_ranks)) continue;
-    Candidate c;
-    c.ranks = ranks;
-    c.tensor = true;
-    c.threads = std::max(1, o.cores / ranks);
-    c.config = as_tensor_parallel(tuned, ranks, c.threads);
-    out.push_back(c);
-  }
+  for (int ranks : o.tensor_parallel_sizes)
+    if (ranks <= std::min(o.cores, o.max_ranks))
+      out.push_back(split_candidate(tuned, o, ranks, /*pipeline=*/false));
 }
 
 std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOptions& o) {
