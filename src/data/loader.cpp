@@ -114,11 +114,14 @@ Loader::Loader(const SampleSource& source, LoaderOptions options)
   }
   SATURATE_CHECK(tokens_ || shape.size() == 3, "loader: ", source_.describe(),
                  " does not give C×H×W samples");
-  SATURATE_CHECK(t.pad >= 0, "loader: crop padding must not be negative");
-  SATURATE_CHECK(t.crop >= 0 && t.crop <= std::min(shape[1], shape[2]) + 2 * t.pad,
-                 "loader: crop ", t.crop, " is larger than the padded ",
-                 tokens_ ? 0 : shape[1] + 2 * t.pad, "x", tokens_ ? 0 : shape[2] + 2 * t.pad,
-                 " images of ", source_.describe());
+  // Images only: a token window's shape has one dimension, so shape[1] and shape[2] are not
+  // there to read (reading them was undefined, and now and then failed a text run here).
+  if (!tokens_) {
+    SATURATE_CHECK(t.pad >= 0, "loader: crop padding must not be negative");
+    SATURATE_CHECK(t.crop >= 0 && t.crop <= std::min(shape[1], shape[2]) + 2 * t.pad,
+                   "loader: crop ", t.crop, " is larger than the padded ", shape[1] + 2 * t.pad,
+                   "x", shape[2] + 2 * t.pad, " images of ", source_.describe());
+  }
   // Token windows come from a memory-mapped cache already: nothing to keep.
   if (!tokens_ && o_.cache_bytes >= source_.sample_bytes()) {
     const int64_t capacity = std::min(source_.size(), o_.cache_bytes / source_.sample_bytes());
