@@ -288,6 +288,9 @@ class GptModel final : public Model {
   // The embeddings, each block, the head.
   int64_t pipeline_layers() const override { return net_->config.layers + 2; }
   std::unique_ptr<Model> pipeline_stage(int64_t begin, int64_t end) override;
+  bool is_tensor_parallel_layer(int64_t layer) const override {
+    return layer >= 1 && layer <= net_->config.layers;  // the blocks
+  }
 
  private:
   TensorParallelGroup* tp_ = nullptr;
@@ -304,8 +307,9 @@ class GptModel final : public Model {
 // weight, tied to the first stage's (pipeline_tied_parameters).
 class GptStage final : public Model {
  public:
-  GptStage(std::string name, GptNet& net, int64_t begin, int64_t end)
-      : name_(std::move(name)), config_(net->config), first_block_(std::max<int64_t>(begin, 1) - 1) {
+  GptStage(std::string name, GptNet& net, int64_t begin, int64_t end, TensorParallelGroup* tp)
+      : name_(std::move(name)), config_(net->config), first_block_(std::max<int64_t>(begin, 1) - 1),
+        tp_(tp) {
     const int64_t layers = net->config.layers;
     if (begin == 0) {
       wte_ = net->wte;
@@ -359,6 +363,10 @@ class GptStage final : public Model {
   void to(const c10::Device& device) override {
     for (nn::Module* m : modules()) m->to(device);
   }
+  // Split by tensor before the stages were cut: its blocks are this rank's shares.
+  TensorParallelGroup* tensor_parallel_group() override { return blocks_.empty() ? nullptr : tp_; }
+  std::vector<at::Tensor> tensor_parallel_shares() override;
+  std::vector<std::pair<std::string, at::Tensor>> whole_named_parameters() override;
   std::vector<at::Tensor> pipeline_tied_parameters() override {
     // The head without the embeddings, or the embeddings without the head: the weight both use
     // lives on two stages.
@@ -382,6 +390,7 @@ class GptStage final : public Model {
   nn::Embedding wte_{nullptr}, wpe_{nullptr};
   std::vector<std::shared_ptr<BlockImpl>> blocks_;
   nn::LayerNorm ln_f_{nullptr};
+  TensorParallelGroup* tp_ = nullptr;
   bool training_ = true;
 };
 
@@ -391,10 +400,8 @@ std::unique_ptr<Model> GptModel::pipeline_stage(int64_t begin, int64_t end) {
                  " layers (the embeddings, ", net_->config.layers,
                  " blocks, the head); a pipeline stage of layers [", begin, ", ", end,
                  ") is not among them");
-  SATURATE_CHECK(tp_ == nullptr, "model: ", name_,
-                 " is split by tensor; it cannot also be split into pipeline stages yet");
   return std::make_unique<GptStage>(
-      name_ + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]", net_, begin, end);
+      name_ + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]", net_, begin, end, tp_);
 }
 
 bool GptModel::set_tensor_parallel(TensorParallelGroup* group) {
@@ -423,21 +430,40 @@ const SplitParam* split_param_of(const std::string& name) {
   return nullptr;
 }
 
-std::vector<at::Tensor> GptModel::tensor_parallel_shares() {
+// Of `named` (a model's or a stage's parameters, under the whole model's names): the shares.
+std::vector<at::Tensor> shares_among(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                     TensorParallelGroup* tp) {
   std::vector<at::Tensor> out;
-  if (tp_ == nullptr) return out;
-  for (const auto& [name, t] : named_parameters())
+  if (tp == nullptr) return out;
+  for (const auto& [name, t] : named)
     if (split_param_of(name) != nullptr) out.push_back(t);
   return out;
 }
 
-std::vector<std::pair<std::string, at::Tensor>> GptModel::whole_named_parameters() {
-  std::vector<std::pair<std::string, at::Tensor>> out = named_parameters();
-  if (tp_ == nullptr) return out;
+// `named` with each share replaced by the whole tensor, gathered over `tp` (a collective).
+std::vector<std::pair<std::string, at::Tensor>> gathered_whole(
+    std::vector<std::pair<std::string, at::Tensor>> named, TensorParallelGroup* tp) {
+  if (tp == nullptr) return named;
   torch::NoGradGuard no_grad;
-  for (auto& [name, t] : out)
-    if (const SplitParam* sp = split_param_of(name)) t = whole_of(t.detach(), sp->dim, sp->parts, *tp_);
-  return out;
+  for (auto& [name, t] : named)
+    if (const SplitParam* sp = split_param_of(name)) t = whole_of(t.detach(), sp->dim, sp->parts, *tp);
+  return named;
+}
+
+std::vector<at::Tensor> GptModel::tensor_parallel_shares() {
+  return shares_among(named_parameters(), tp_);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> GptModel::whole_named_parameters() {
+  return gathered_whole(named_parameters(), tp_);
+}
+
+std::vector<at::Tensor> GptStage::tensor_parallel_shares() {
+  return shares_among(named_parameters(), tensor_parallel_group());
+}
+
+std::vector<std::pair<std::string, at::Tensor>> GptStage::whole_named_parameters() {
+  return gathered_whole(named_parameters(), tensor_parallel_group());
 }
 
 int64_t option_int(const std::string& key, const std::string& value, const std::string& spec) {

@@ -156,6 +156,35 @@ at::Tensor Trainer::layout(const at::Tensor& x) const {
 
 namespace {
 
+// The squared L2 norm of the gradients in `grads` (0-d double on `device`; 0 for none).
+at::Tensor squared_norm(const std::vector<at::Tensor>& grads, const c10::Device& device) {
+  return grads.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
+                       : at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
+}
+
+// The squared norm of the parameters' gradients, `skip`ped ones left out; with a tensor split
+// (`tp`), the shares' squares (`is_share`, by parameter) summed over its group and the whole
+// parameters' (the same on every rank) counted once.
+at::Tensor split_squared_norm(TensorParallelGroup* tp, const std::vector<bool>& is_share,
+                              const std::vector<at::Tensor>& params, const c10::Device& device,
+                              const std::vector<at::Tensor>& skip = {}) {
+  std::vector<at::Tensor> shared, whole;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i];
+    if (!p.grad().defined() ||
+        std::any_of(skip.begin(), skip.end(), [&](const at::Tensor& e) { return e.is_same(p); }))
+      continue;
+    (tp != nullptr && is_share[i] ? shared : whole).push_back(p.grad());
+  }
+  at::Tensor total = squared_norm(whole, device);
+  if (tp != nullptr) {
+    at::Tensor mine = squared_norm(shared, device).reshape({1}).contiguous();
+    tp->all_reduce_sum(mine);
+    total = total + mine.reshape({});
+  }
+  return total;
+}
+
 // The global L2 norm of the parameters' gradients as a 0-d float tensor on their device (no
 // host sync); with max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)),
 // as torch.nn.utils.clip_grad_norm_ does.
@@ -163,23 +192,6 @@ namespace {
 // so each clips by the same coefficient; a stage without gradients adds 0 on `device`.
 // A model split by tensor: the shares' squared norms (`is_share`, by parameter) summed over
 // its group, the whole parameters' (the same on every rank) counted once.
-at::Tensor split_grad_norm(TensorParallelGroup& tp, const std::vector<bool>& is_share,
-                           const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> shared, whole;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].grad().defined()) continue;
-    (is_share[i] ? shared : whole).push_back(params[i].grad());
-  }
-  auto squares = [](const std::vector<at::Tensor>& gs, const at::TensorOptions& on) {
-    return gs.empty() ? torch::zeros({}, on)
-                      : at::stack(at::_foreach_norm(gs, 2)).to(at::kDouble).square().sum();
-  };
-  const at::TensorOptions on = params.front().options().dtype(at::kDouble);
-  at::Tensor mine = squares(shared, on).reshape({1}).contiguous();
-  tp.all_reduce_sum(mine);
-  return (mine.reshape({}) + squares(whole, on)).sqrt().to(at::kFloat);
-}
-
 at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_norm,
                               StagedStep* staged = nullptr,
                               const c10::Device& device = c10::kCPU,
@@ -192,19 +204,12 @@ at::Tensor grad_norm_and_clip(const std::vector<at::Tensor>& params, double max_
   at::Tensor total;
   if (staged != nullptr) {
     // A weight tied across stages counts once: the stage that holds the other copy counts it.
-    std::vector<at::Tensor> counted;
-    const std::vector<at::Tensor> elsewhere = staged->counted_by_another_stage();
-    for (const at::Tensor& p : params) {
-      const bool skip = std::any_of(elsewhere.begin(), elsewhere.end(),
-                                    [&](const at::Tensor& e) { return e.is_same(p); });
-      if (p.grad().defined() && !skip) counted.push_back(p.grad());
-    }
+    // Stages split by tensor sum their shares first, so each share's pipeline sums alike.
     const at::Tensor mine =
-        counted.empty() ? torch::zeros({}, torch::TensorOptions().dtype(at::kDouble).device(device))
-                        : at::stack(at::_foreach_norm(counted, 2)).to(at::kDouble).square().sum();
+        split_squared_norm(tp, is_share, params, device, staged->counted_by_another_stage());
     total = staged->sum_across_stages(mine).sqrt().to(at::kFloat);
   } else if (tp != nullptr) {
-    total = split_grad_norm(*tp, is_share, params);
+    total = split_squared_norm(tp, is_share, params, params.front().device()).sqrt().to(at::kFloat);
   } else {
     total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)).to(at::kFloat), 2);
   }
@@ -399,7 +404,8 @@ at::Tensor Trainer::staged_train_step(const at::Tensor& x, const at::Tensor& y, 
     loss = staged_->forward_backward(x, y, r, timer, scale);
   }
   if (scaler.is_enabled()) scaler.unscale(state_->params);  // summed across the stages
-  last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, staged_, device_);
+  last_grad_norm_ = grad_norm_and_clip(state_->params, options_.clip_grad_norm, staged_, device_,
+                                       model_.tensor_parallel_group(), tp_share_);
   if (scaler.is_enabled()) {
     r.is_skipped = !scaler.step(optimizer, state_->params);
     scaler.update();

@@ -302,9 +302,9 @@ RunConfig config_from_json(const FieldReader& r) {
   r.check(c.tensor_parallel <= 1024 && c.world_size % c.tensor_parallel == 0,
           r.field("tensor_parallel"), " (", c.tensor_parallel, ") must divide ",
           r.field("world_size"), " (", c.world_size, ")");
-  r.check(c.tensor_parallel == 1 || c.pipeline_stages == 1, r.field("tensor_parallel"), " (",
-          c.tensor_parallel, ") and ", r.field("pipeline_stages"), " (", c.pipeline_stages,
-          ") cannot both be above 1 yet");
+  r.check(c.world_size % c.ranks_per_replica() == 0, r.field("pipeline_stages"), " (",
+          c.pipeline_stages, ") × ", r.field("tensor_parallel"), " (", c.tensor_parallel,
+          ") must divide ", r.field("world_size"), " (", c.world_size, ")");
   t.seed = r.unsigned_integer("seed", t.seed);
   t.momentum = r.number("momentum", t.momentum, is_non_negative, "a non-negative number");
   t.weight_decay =

@@ -26,6 +26,7 @@ std::string RunConfig::describe() const {
     s << ", " << pipeline_stages << " pipeline stages";
     if (micro_batches > 0) s << " × " << micro_batches << " micro-batches";
     s << " (" << pipeline_schedule << ")";
+    if (tensor_parallel > 1) s << " of " << tensor_parallel << "-way tensor parallel";
   } else if (tensor_parallel > 1) {
     if (replicas() > 1) s << " per replica × " << replicas() << " replicas";
     s << ", " << tensor_parallel << "-way tensor parallel";

@@ -1348,15 +1348,15 @@ def case_issue19_tune_measures_pipeline_stages_when_memory_binds(tmp):
     print(f"plan: {c['pipeline_stages']} stage(s); {stage['why'][-200:]}")
 
 
-def train_layouts(tmp, common, layouts):
-    """Runs `train` with `common` plus each layout's flags; a name ending in x2 runs as 4 ranks
-    under launch (2 replicas). Returns {name: (summary, stdout)}."""
+def train_layouts(tmp, common, layouts, replica_ranks=2):
+    """Runs `train` with `common` plus each layout's flags; a name ending in x2 runs as 2
+    replicas of `replica_ranks` ranks under launch. Returns {name: (summary, stdout)}."""
     results = {}
     for name, extra in layouts:
         path = os.path.join(tmp, name + ".json")
         argv = common + extra + ["--summary-json", path]
         if name.endswith("x2"):
-            argv = ["launch", "--nproc-per-node", "4", "--"] + argv
+            argv = ["launch", "--nproc-per-node", str(2 * replica_ranks), "--"] + argv
         code, out, err = run(*argv, timeout=240)
         if code != 0:
             fail(f"{name}: exit {code}\n{out}\n{err[-3000:]}")
@@ -1454,6 +1454,30 @@ def case_issue19_train_gpt_pipeline_as_one_process(tmp):
             fail(f"{name}: the stages' layers {st} (4: the embeddings, 2 blocks, the head)")
     losses_as_one_process(results, "pp2", "pp2x2")
     saved_models_evaluate_alike(tmp, ("one", "pp2", "pp2x2"))
+
+
+def case_issue19_train_gpt_in_stages_of_shares_as_one_process(tmp):
+    # The GPT split by tensor and into stages at once: 2 stages of 2 shares (4 ranks, each
+    # share's stages a pipeline), and 2 replicas of that (8 ranks). With the gradient clipped
+    # hard, by the whole model's norm (each stage's shares summed over its group, then the
+    # stages summed), they train as one process, and their saved models (each stage's shares
+    # gathered, replica 0's stages sent to rank 0) evaluate alike.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    both = ["--pipeline-stages", "2", "--tensor-parallel", "2"]
+    results = train_layouts(tmp, gpt_clipped_hard(8), saving(tmp, (
+        ("one", ["--batch-size", "8"]),
+        ("pp2tp2", ["--batch-size", "8", "--micro-batches", "4"] + both),
+        ("pp2tp2x2", ["--batch-size", "4", "--micro-batches", "2"] + both))), replica_ranks=4)
+    for name in ("pp2tp2", "pp2tp2x2"):
+        b, out = results[name]
+        p = b["pipeline"]
+        if p is None or p["stages"] != 2 or b["tensor_parallel"] != 2 or b["global_batch_size"] != 8:
+            fail(f"{name}: pipeline {p}, tensor_parallel {b['tensor_parallel']}, global batch "
+                 f"{b['global_batch_size']}")
+        if "tensor parallel 2 ranks split each block's attention heads" not in out:
+            fail(f"{name}: the table does not show the tensor split:\n{out}")
+    losses_as_one_process(results, "pp2tp2", "pp2tp2x2")
+    saved_models_evaluate_alike(tmp, ("one", "pp2tp2", "pp2tp2x2"))
 
 
 def case_issue19_tune_measures_tensor_parallel_when_memory_binds(tmp):
@@ -1572,8 +1596,6 @@ def case_issue19_pipeline_bad_input(tmp):
             (["--pipeline-stages", "2", "--accumulate", "2"],
              "--pipeline-stages: cannot be combined with --accumulate"),
             (["--tensor-parallel", "0"], "--tensor-parallel must be at least 1, got 0"),
-            (["--tensor-parallel", "2", "--pipeline-stages", "2"],
-             "--tensor-parallel with --pipeline-stages: both at once are not built yet"),
             (["--tensor-parallel", "2", "--recompute-segments", "2"],
              "--tensor-parallel: cannot be combined with --recompute-segments yet")):
         expect_usage_error(base + flags, want)
@@ -1586,6 +1608,10 @@ def case_issue19_pipeline_bad_input(tmp):
               "1", "-q", "--pipeline-stages", "2"], "cannot be split into stages by layers"),
             (["launch", "--nproc-per-node", "3", "--"] + base + ["--pipeline-stages", "2"],
              "--pipeline-stages 2: the world of 3 ranks is not a multiple of it"),
+            (["launch", "--nproc-per-node", "6", "--"] + base +
+             ["--pipeline-stages", "2", "--tensor-parallel", "2"],
+             "--pipeline-stages 2 × --tensor-parallel 2 = 4 ranks a replica: the world of 6 ranks "
+             "is not a multiple of it"),
             (base + ["--tensor-parallel", "2"],
              "--tensor-parallel 2: mlp cannot be split by tensor (the GPT can)"),
             (["train", "--model", "gpt-mini:layers=1,heads=4,width=32", "--data", "text:" + LICENSES,
@@ -1955,8 +1981,8 @@ def case_issue15_tune_measures_ranks_against_threads(tmp):
 def case_issue19_split_runs_checkpoint_and_resume(tmp):
     # A split model keeps a checkpoint folder per part (DIR/part-K-of-N), its processes agree
     # on the steps they checkpoint and stop at, and a resumed run ends with the weights of an
-    # uninterrupted one, byte for byte: 2 pipeline stages and a 2-way tensor split, resumed
-    # from step 32 of 48. Parts whose newest checkpoints differ, and a split run resumed from
+    # uninterrupted one, byte for byte: 2 pipeline stages, a 2-way tensor split and the GPT in 2
+    # stages of 2 shares (4 parts), resumed from step 32 of 48. Parts whose newest checkpoints differ, and a split run resumed from
     # one step's folder, are one line and exit 2.
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     layouts = {
@@ -1966,6 +1992,7 @@ def case_issue19_split_runs_checkpoint_and_resume(tmp):
         "tensor": ["train", "--model", "gpt-mini:layers=2,heads=4,width=64", "--data",
                    "text:" + LICENSES, "--seq-len", "32", "--steps", "48", "--batch-size", "8",
                    "--threads", "1", "-q", "--no-eval", "--tensor-parallel", "2"]}
+    layouts["both"] = layouts["tensor"] + ["--pipeline-stages", "2", "--micro-batches", "2"]
     for name, common in layouts.items():
         whole, resumed = os.path.join(tmp, name + "-a.safetensors"), os.path.join(tmp, name + "-b.safetensors")
         ck = os.path.join(tmp, name + "-ck")
@@ -1975,7 +2002,8 @@ def case_issue19_split_runs_checkpoint_and_resume(tmp):
                 fail(f"{name}: exit {code}\n{err[-2000:]}")
         parts = sorted(os.listdir(ck))
         steps = [sorted(os.listdir(os.path.join(ck, p))) for p in parts]
-        if parts != ["part-0-of-2", "part-1-of-2"] or \
+        n = 4 if name == "both" else 2
+        if parts != [f"part-{k}-of-{n}" for k in range(n)] or \
                 any(st != ["step-00000016", "step-00000032", "step-00000048"] for st in steps):
             fail(f"{name}: checkpoint folders {parts} {steps}")
         for p in parts:

@@ -425,16 +425,33 @@ Reference pipeline_reference(const std::string& name, const ModelInputs& in) {
   return ref;
 }
 
-void pipeline(DistGroup& g, const std::string& name) {
+// With `shares` > 1 the GPT is split by tensor over that many ranks first, then into stages
+// (the command line's layout: rank r is share r % T of stage r / T; each share's stages are a
+// pipeline).
+void pipeline(DistGroup& world, const std::string& name, int shares) {
   torch::set_num_threads(1);  // up to 4 ranks on 2 cores
   // The GPT on windows of 8 tokens of a 50-token vocabulary; the others on 28x28 images.
   const bool gpt = name.rfind("gpt", 0) == 0;
   const ModelInputs in = gpt ? ModelInputs{{8}, 50, true} : ModelInputs{{1, 28, 28}, 10, false};
   const Reference ref = pipeline_reference(name, in);
+  const int stages = world.world_size() / shares, me = world.rank() / shares;
+  std::vector<int> same_stage, same_share;
+  for (int t = 0; t < shares; ++t) same_stage.push_back(me * shares + t);
+  for (int s = 0; s < stages; ++s) same_share.push_back(s * shares + world.rank() % shares);
+  std::unique_ptr<DistGroup> tensor_group, pipeline_group;
+  std::unique_ptr<TensorParallelGroup> tp;
+  if (shares > 1) {
+    tensor_group = world.subgroup(same_stage, "test/stage" + std::to_string(me));
+    tp = make_tensor_parallel_group(*tensor_group);
+    pipeline_group = world.subgroup(same_share, "test/share" + std::to_string(world.rank() % shares));
+  }
+  DistGroup& g = shares > 1 ? *pipeline_group : world;
   for (PipelineSchedule schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B}) {
     for (int64_t micro : {1, 4, 8}) {
       torch::manual_seed(7);
       auto model = make_model(name, in);
+      EXPECT_OR_FAIL(shares == 1 || model->set_tensor_parallel(tp.get()), name,
+                     " refused tensor parallel");
       const auto spans = split_layers_evenly(model->pipeline_layers(), g.world_size());
       auto stage = model->pipeline_stage(spans[g.rank()].first, spans[g.rank()].second);
       torch::optim::SGD sgd(stage->parameters(), torch::optim::SGDOptions(0.1));
@@ -451,8 +468,10 @@ void pipeline(DistGroup& g, const std::string& name) {
                        " loss ", st.loss, ", one process ", want);
       }
       int64_t compared = 0;
-      for (auto& [n, p] : stage->named_parameters()) {
+      for (auto& [n, p] : stage->whole_named_parameters()) {  // a tensor split's shares gathered
         const at::Tensor& want = ref.params.at(n);
+        EXPECT_OR_FAIL(p.sizes() == want.sizes(), what, ": ", n, " is ", p.sizes(),
+                       ", one process's ", want.sizes());
         const double err = (p - want).abs().max().item<double>() /
                            std::max(1e-12, want.abs().max().item<double>());
         EXPECT_OR_FAIL(err <= 1e-5, what, ": stage ", g.rank(), " parameter ", n,
@@ -474,7 +493,7 @@ void pipeline(DistGroup& g, const std::string& name) {
                               : std::min<int64_t>(micro, g.world_size() - g.rank());
       EXPECT_OR_FAIL(most_held == cap, what, ": stage ", g.rank(), " held ", most_held,
                      " micro-batches at once, expected ", cap);
-      std::cout << "rank " << g.rank() << " " << what << ": layers [" << spans[g.rank()].first
+      std::cout << "rank " << world.rank() << " " << what << ": layers [" << spans[g.rank()].first
                 << ", " << spans[g.rank()].second << "), " << compared
                 << " parameters equal to one process's" << std::endl;
     }
@@ -614,7 +633,8 @@ int main(int argc, char** argv) {
     else if (mode == "oom_one_rank") saturate::oom_one_rank(*g, true);
     else if (mode == "noise_scale") saturate::noise_scale(*g);
     else if (mode == "oom_one_rank_unagreed") saturate::oom_one_rank(*g, false);
-    else if (mode == "pipeline") saturate::pipeline(*g, argc > 3 ? argv[3] : "fmnist-cnn");
+    else if (mode == "pipeline")
+      saturate::pipeline(*g, argc > 3 ? argv[3] : "fmnist-cnn", argc > 4 ? std::atoi(argv[4]) : 1);
     else if (mode == "tensor_parallel") saturate::tensor_parallel(*g);
     else if (mode == "pipeline_fp16") saturate::pipeline_fp16(*g);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");

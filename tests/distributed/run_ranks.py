@@ -15,6 +15,8 @@ Cases:
   pipeline_2stages, pipeline_4stages, pipeline_mlp, pipeline_gpt_2stages, pipeline_gpt_4stages
                     the ranks as pipeline stages (GPipe, 1F1B; 1, 4, 8 micro-batches) end 5
                     SGD steps with one process's parameters and losses
+  pipeline_gpt_tensor_parallel  the same with the GPT split by tensor over 2 ranks and into 2
+                    stages (4 ranks)
   oom_one_rank      rank 1 runs out of memory alone: both trials end out of memory (and,
                     without the agreement, rank 0 times out)
   store_unreachable rank 1 of 2 with no rank 0: exits 2 within its --dist-timeout, naming the store
@@ -115,6 +117,12 @@ def case_pipeline_gpt_2stages(args):
 def case_pipeline_gpt_4stages(args):
     # One layer a stage: the embeddings, block 0, block 1, the head.
     all_ranks_ok(args, "pipeline", 4, 100, ("60", GPT_TINY))
+
+
+def case_pipeline_gpt_tensor_parallel(args):
+    # The GPT split by tensor over 2 ranks and into 2 stages (4 ranks): each stage's blocks are
+    # shares, each share's stages a pipeline.
+    all_ranks_ok(args, "pipeline", 4, 100, ("60", GPT_TINY, "2"))
 
 
 def case_pipeline_fp16(args):

@@ -88,8 +88,6 @@ void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,
                  "(micro-batches of one process's step are --accumulate)");
   SATURATE_CHECK(f.tensor_parallel >= 1, "--tensor-parallel must be at least 1, got ",
                  f.tensor_parallel);
-  SATURATE_CHECK(!f.on() || f.tensor_parallel == 1, "--tensor-parallel with --pipeline-stages: "
-                 "both at once are not built yet");
   const char* flag = f.on() ? "--pipeline-stages" : "--tensor-parallel";
   if (f.ranks_per_replica() == 1) return;
   SATURATE_CHECK(incompatible.empty(), flag, ": cannot be combined with ", incompatible, " yet");
@@ -98,7 +96,12 @@ void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,
 void check_pipeline_world(const PipelineFlags& f, int world) {
   const int n = f.ranks_per_replica();
   if (n == 1) return;
-  SATURATE_CHECK(world % n == 0, f.on() ? "--pipeline-stages " : "--tensor-parallel ", n,
+  const std::string both = "--pipeline-stages " + std::to_string(f.stages) + " × --tensor-parallel " +
+                           std::to_string(f.tensor_parallel) + " = " + std::to_string(n) + " ranks a replica";
+  SATURATE_CHECK(world % n == 0,
+                 f.on() && f.tensor_parallel > 1 ? both
+                 : f.on() ? "--pipeline-stages " + std::to_string(n)
+                          : "--tensor-parallel " + std::to_string(n),
                  ": the world of ", world, " ranks is not a multiple of it");
 }
 
@@ -107,16 +110,20 @@ std::string ReplicaGroups::where() const {
                       : std::string();
 }
 
-ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind) {
+ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind, int stride,
+                             bool with_across) {
   ReplicaGroups g;
-  g.replicas = group.world_size() / n;
-  g.part = group.rank() % n;
-  g.replica = group.rank() / n;
+  const int block = n * stride, offset = group.rank() % stride;
+  g.replicas = group.world_size() / block;
+  g.part = group.rank() / stride % n;
+  g.replica = group.rank() / block;
   std::vector<int> within, across;
-  for (int p = 0; p < n; ++p) within.push_back(g.replica * n + p);
-  for (int d = 0; d < g.replicas; ++d) across.push_back(d * n + g.part);
-  g.within = group.subgroup(within, kind + "/replica" + std::to_string(g.replica));
-  if (g.replicas > 1) g.across = group.subgroup(across, kind + "/part" + std::to_string(g.part));
+  for (int p = 0; p < n; ++p) within.push_back(g.replica * block + p * stride + offset);
+  for (int d = 0; d < g.replicas; ++d) across.push_back(d * block + g.part * stride + offset);
+  const std::string at = stride > 1 ? "/at" + std::to_string(offset) : "";
+  g.within = group.subgroup(within, kind + "/replica" + std::to_string(g.replica) + at);
+  if (g.replicas > 1 && with_across)
+    g.across = group.subgroup(across, kind + "/part" + std::to_string(g.part) + at);
   return g;
 }
 
@@ -129,7 +136,9 @@ TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, Di
   SATURATE_CHECK(o.precision != Precision::kFp16, "--tensor-parallel: cannot be combined with ",
                  kTensorParallelFp16, " yet");  // --precision auto may come to fp16
   TensorParallelRun run;
-  run.groups = replica_groups(group, f.tensor_parallel, "tensor");
+  // Split into stages too: rank r is share r % T of its stage's group, and the stages average
+  // across replicas themselves.
+  run.groups = replica_groups(group, f.tensor_parallel, "tensor", 1, /*with_across=*/!f.on());
   if (run.groups.across) run.replicas_sync = make_data_parallel(*run.groups.across);
   for (const at::Tensor& p : model.parameters()) run.whole_parameters += p.numel();
   run.tp = make_tensor_parallel_group(*run.groups.within);
@@ -137,8 +146,8 @@ TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, Di
                  " cannot be split by tensor");
   for (const at::Tensor& p : model.parameters()) run.local_parameters += p.numel();
   SATURATE_LOG_INFO("train: tensor parallel, share ", run.groups.part, " of ", f.tensor_parallel,
-                    run.groups.where(), ": ", run.local_parameters, " of ", run.whole_parameters,
-                    " parameters here");
+                    f.on() ? std::string() : run.groups.where(), ": ", run.local_parameters, " of ",
+                    run.whole_parameters, " parameters here", f.on() ? " before the stages are cut" : "");
   return run;
 }
 
@@ -161,7 +170,14 @@ std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Mo
     shape.insert(shape.end(), inputs.sample_shape.begin(), inputs.sample_shape.end());
     const at::Tensor x = inputs.tokens ? torch::randint(0, inputs.num_classes, shape, torch::kLong)
                                        : torch::randn(shape);
-    const std::vector<LayerCost> costs = profile_layers(model, x, 3);
+    std::vector<LayerCost> costs = profile_layers(model, x, 3);
+    // Split by tensor too: a split layer's work and parameters divide over its shares (the
+    // profile ran on the whole model; the shares' all-reduces are not in it).
+    for (size_t i = 0; i < costs.size() && f.tensor_parallel > 1; ++i) {
+      if (!model.is_tensor_parallel_layer(static_cast<int64_t>(i))) continue;
+      costs[i].ms /= f.tensor_parallel;
+      costs[i].param_bytes /= f.tensor_parallel;
+    }
     const double param_scale = o.optimizer == OptimizerKind::kSgd ? 3 : 4;
     const StageSplit split = split_layers_balanced(costs, f.stages, limit, param_scale);
     spans = split.spans;
@@ -181,15 +197,12 @@ std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Mo
   return spans;
 }
 
-}  // namespace
-
-PipelineRun build_pipeline(const PipelineFlags& f, Model& model, const ModelInputs& inputs,
-                           DistGroup& group, const c10::Device& device, const TrainOptions& o,
-                           int64_t memory_limit_bytes) {
-  PipelineRun run;
-  run.spans = agreed_split(f, model, inputs, group, o, memory_limit_bytes, run.predicted_ms);
+// The pipeline of `run.spans` (agreed_split's) on this rank.
+PipelineRun build_pipeline(const PipelineFlags& f, Model& model, DistGroup& group,
+                           const c10::Device& device, const TrainOptions& o, PipelineRun run) {
   const auto& spans = run.spans;
-  run.groups = replica_groups(group, f.stages, "pipeline");
+  // Split by tensor too: each share's stages are a pipeline of their own.
+  run.groups = replica_groups(group, f.stages, "pipeline", f.tensor_parallel, true);
   const int me = run.groups.part;
   run.stage = model.pipeline_stage(spans[me].first, spans[me].second);
   SATURATE_CHECK(run.stage != nullptr, "--pipeline-stages: ", model.name(),
@@ -200,7 +213,8 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, const ModelInpu
   po.micro_batches = run.micro_batches;
   po.schedule = parse_pipeline_schedule(f.schedule);
   run.step = make_pipeline_step(*run.groups.within, *run.stage, po, run.groups.across.get());
-  SATURATE_LOG_INFO("train: pipeline parallel, stage ", me, " of ", f.stages, run.groups.where(),
+  const std::string share = f.tensor_parallel > 1 ? ", share " + std::to_string(group.rank() % f.tensor_parallel) : "";
+  SATURATE_LOG_INFO("train: pipeline parallel, stage ", me, " of ", f.stages, share, run.groups.where(),
                     " (layers ",
                     spans[me].first, "-", spans[me].second - 1, ") on ", device.str(), "; ",
                     run.micro_batches, " micro-batches per step of ", o.batch_size, ", ",
@@ -210,6 +224,8 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, const ModelInpu
   return run;
 }
 
+}  // namespace
+
 std::vector<StageReport> gather_stage_reports(const PipelineRun& run, DistGroup& group,
                                               const TrainSummary& summary) {
   const PhaseBreakdown& p = summary.phases;
@@ -217,16 +233,18 @@ std::vector<StageReport> gather_stage_reports(const PipelineRun& run, DistGroup&
       {p.forward_ms + p.backward_ms, p.communication_ms, p.step_ms,
        static_cast<double>(summary.peak_memory_bytes)});
   std::vector<StageReport> stages;
-  // Ranks 0..S-1 are replica 0's stages, in order.
-  for (size_t s = 0; s < all.size() && s < run.spans.size(); ++s) {
+  // Replica 0's stages, in order: of share 0 where split by tensor too (rank s × T).
+  const auto shares = static_cast<size_t>(run.shares);
+  for (size_t s = 0; s < run.spans.size() && s * shares < all.size(); ++s) {
+    const std::vector<double>& m = all[s * shares];
     StageReport st;
     st.first_layer = run.spans[s].first;
     st.last_layer = run.spans[s].second - 1;
     if (s < run.predicted_ms.size()) st.predicted_ms = run.predicted_ms[s];
-    st.compute_ms = all[s][0];
-    st.communication_ms = all[s][1];
-    st.step_ms = all[s][2];
-    st.peak_memory_bytes = static_cast<int64_t>(all[s][3]);
+    st.compute_ms = m[0];
+    st.communication_ms = m[1];
+    st.step_ms = m[2];
+    st.peak_memory_bytes = static_cast<int64_t>(m[3]);
     stages.push_back(st);
   }
   return stages;
@@ -241,35 +259,44 @@ ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
   run.sync = dp_sync;
   if (f.ranks_per_replica() == 1) return run;
   SATURATE_ASSERT(group != nullptr, "train: a split model without a process group");
-  if (f.on()) {
-    run.pipe = build_pipeline(f, model, inputs, *group, device, o, memory_limit_bytes);
-    run.trained = run.pipe.stage.get();
-    run.sync = nullptr;  // the stages average across replicas themselves
-  } else {
+  // The balanced split profiles the whole model, before any tensor split.
+  PipelineRun pipe;
+  if (f.on()) pipe.spans = agreed_split(f, model, inputs, *group, o, memory_limit_bytes, pipe.predicted_ms);
+  if (f.tensor_parallel > 1) {
     run.tensor = build_tensor_parallel(f, model, *group, o);
     run.sync = run.tensor.replicas_sync.get();
+  }
+  if (f.on()) {
+    pipe.shares = f.tensor_parallel;
+    run.pipe = build_pipeline(f, model, *group, device, o, std::move(pipe));
+    run.trained = run.pipe.stage.get();
+    run.sync = nullptr;  // the stages average across replicas themselves
   }
   return run;
 }
 
 namespace {
 
-// A stage's state as bytes: per tensor, its name's length, the name, its size in bytes, the bytes.
-std::string pack_state(Model& stage) {
+// A stage's state as bytes: per tensor, its name's length, the name, its dimension count and
+// sizes, its size in bytes, the bytes.
+std::string pack_state(const std::vector<std::pair<std::string, at::Tensor>>& state) {
   std::string out;
   auto put = [&](uint64_t n) { out.append(reinterpret_cast<const char*>(&n), sizeof n); };
-  for (const auto& [name, t] : stage.named_state()) {
+  for (const auto& [name, t] : state) {
     const at::Tensor c = t.detach().to(at::kCPU).contiguous();
     put(name.size());
     out += name;
+    put(static_cast<uint64_t>(c.dim()));
+    for (int64_t d : c.sizes()) put(static_cast<uint64_t>(d));
     put(c.nbytes());
     out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
   }
   return out;
 }
 
-// Copies each packed tensor over the one of its name in `state` (the whole model's), checking
-// every length against what is left and against that tensor.
+// Puts each packed tensor in place of the one of its name in `state` (rank 0's model's, whose
+// shares of a tensor split are smaller than the whole tensors packed), checking every length
+// against what is left and each tensor's rank and size against that tensor's.
 void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, at::Tensor>>& state) {
   size_t at = 0;
   auto get = [&] {
@@ -284,12 +311,19 @@ void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, a
     const uint64_t name_len = get();
     const std::string name = bytes.substr(at, name_len);
     at += name_len;
-    const uint64_t n = get();
     auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
-    SATURATE_ASSERT(it != state.end() && it->second.nbytes() == n, "--save-model: stage tensor ",
-                    name, " is not the whole model's");
-    it->second = it->second.detach().to(at::kCPU).clone();
-    std::memcpy(it->second.data_ptr(), bytes.data() + at, n);
+    SATURATE_ASSERT(it != state.end(), "--save-model: stage tensor ", name, " is not the model's");
+    const uint64_t dims = get();
+    SATURATE_ASSERT(dims == static_cast<uint64_t>(it->second.dim()), "--save-model: stage tensor ",
+                    name, " has ", dims, " dimensions, the model's ", it->second.dim());
+    std::vector<int64_t> shape;
+    for (uint64_t d = 0; d < dims; ++d) shape.push_back(static_cast<int64_t>(get()));
+    const uint64_t n = get();
+    at::Tensor t = torch::empty(shape, it->second.options().device(at::kCPU));
+    SATURATE_ASSERT(t.nbytes() == n, "--save-model: stage tensor ", name, " has ", n, " bytes for ",
+                    t.sizes());
+    std::memcpy(t.data_ptr(), bytes.data() + at, n);
+    it->second = t;
     at += n;
   }
 }
@@ -301,7 +335,7 @@ std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelPa
   std::vector<std::pair<std::string, at::Tensor>> state;
   if (group == nullptr || (run.pipe.stage == nullptr && run.tensor.tp == nullptr)) return state;
   torch::NoGradGuard no_grad;
-  if (run.tensor.tp != nullptr) {
+  if (run.pipe.stage == nullptr) {
     std::vector<std::pair<std::string, at::Tensor>> params = whole.whole_named_parameters();
     if (group->rank() != 0) return state;
     state = whole.named_state();
@@ -310,8 +344,13 @@ std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelPa
         if (pname == name) t = p;
     return state;
   }
-  const bool sends = run.pipe.groups.replica == 0;
-  const std::vector<std::string> all = group->allgather_bytes(sends ? pack_state(*run.pipe.stage) : "");
+  // Split by tensor too: each stage's shares are gathered whole first (a collective of the
+  // stage's shares), and share 0 sends them.
+  Model& stage = *run.pipe.stage;
+  const bool split = run.tensor.tp != nullptr;
+  const auto mine = split ? stage.whole_named_parameters() : stage.named_state();
+  const bool sends = run.pipe.groups.replica == 0 && (!split || run.tensor.groups.part == 0);
+  const std::vector<std::string> all = group->allgather_bytes(sends ? pack_state(mine) : "");
   if (group->rank() != 0) return state;
   state = whole.named_state();
   for (const std::string& bytes : all) unpack_state(bytes, state);
@@ -355,6 +394,10 @@ void describe_model_parallel(TrainReport& r, const ModelParallelRun& run, const 
     r.tensor_parallel = f.tensor_parallel;
     r.local_parameters = run.tensor.local_parameters;
     r.whole_parameters = run.tensor.whole_parameters;
+    if (run.pipe.stage != nullptr) {  // in stages too: this rank's stage's shares
+      r.local_parameters = 0;
+      for (const at::Tensor& p : run.pipe.stage->parameters()) r.local_parameters += p.numel();
+    }
   }
 }
 

@@ -75,7 +75,9 @@ void check_pipeline_world(const PipelineFlags& flags, int world);
 
 /// A world of replicas × n ranks, where rank r is part r % n of replica r / n (a pipeline stage,
 /// a tensor share): the groups of this rank's replica and, with several replicas, of its part
-/// on each of them.
+/// on each of them. With a `stride` s, each part is s ranks and the groups are those of rank
+/// r's place r % s within its part (the stages of one tensor share: rank r is share r % T of
+/// stage r / T % S of replica r / (S × T)).
 struct ReplicaGroups {
   std::unique_ptr<DistGroup> within;  ///< this replica's n ranks, in part order
   std::unique_ptr<DistGroup> across;  ///< this part on every replica; null with one replica
@@ -84,10 +86,13 @@ struct ReplicaGroups {
   std::string where() const;
 };
 /// Forms them over `group` (a collective of every rank); `kind` names their store keys.
-ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind);
+ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind, int stride = 1,
+                             bool with_across = true);
 
 /// Tensor parallel (--tensor-parallel T): rank r holds tensor share r % T of replica r / T, with
 /// data parallel over the replicas (each share's gradients averaged with the same share's).
+/// With --pipeline-stages too, the T ranks of one stage share its layers (no replicas_sync:
+/// the pipeline averages across replicas).
 struct TensorParallelRun {
   ReplicaGroups groups;  ///< this replica's shares; this share's replicas
   std::unique_ptr<TensorParallelGroup> tp;
@@ -99,10 +104,11 @@ TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model
                                         const TrainOptions& options);
 
 /// This rank's stage of `model` and the step that runs it: rank r is stage r % S of replica
-/// r / S, and with several replicas each stage's gradients are averaged across them after every
-/// step. The split is rank 0's (by its
-/// profile of each layer's forward and backward at the batch, for "balanced"), broadcast so
-/// every rank builds the same one, and logged with each stage's predicted time and memory.
+/// r / S (stage r / T % S with T tensor shares, each share's stages a pipeline), and with
+/// several replicas each stage's gradients are averaged across them after every step. The
+/// split is rank 0's (by its profile of each layer's forward and backward at the batch, for
+/// "balanced"; a tensor-split layer's time and parameters divided by T), broadcast so every
+/// rank builds the same one, and logged with each stage's predicted time and memory.
 /// saturate::Error for a model that cannot be split, more stages than layers, or no split
 /// within `memory_limit_bytes` (0: none).
 struct PipelineRun {
@@ -112,10 +118,8 @@ struct PipelineRun {
   int64_t micro_batches = 1;
   std::vector<std::pair<int64_t, int64_t>> spans;  ///< [begin, end) of every stage's layers
   std::vector<double> predicted_ms;  ///< rank 0's profile per stage (empty elsewhere, or even)
+  int shares = 1;                    ///< tensor shares per stage
 };
-PipelineRun build_pipeline(const PipelineFlags& flags, Model& model, const ModelInputs& inputs,
-                           DistGroup& group, const c10::Device& device,
-                           const TrainOptions& options, int64_t memory_limit_bytes);
 
 /// The model-parallel side of a train run: pipeline stages, tensor shares, or neither.
 struct ModelParallelRun {

@@ -94,9 +94,14 @@ class Model {
   /// A model of layers [begin, end) of that chain, sharing this model's modules (so its
   /// parameters are this model's, under the same names); nullptr when the model cannot be
   /// split. Throws saturate::Error for an empty or out-of-range span.
+  /// A model split by tensor first gives stages of its shares (a 3-D layout: each stage's
+  /// tensor group is the model's).
   virtual std::unique_ptr<Model> pipeline_stage(int64_t /*begin*/, int64_t /*end*/) {
     return nullptr;
   }
+  /// Whether layer `layer` of that chain is one set_tensor_parallel splits (its work and
+  /// parameters divide over the group); false for layers that stay whole on every rank.
+  virtual bool is_tensor_parallel_layer(int64_t /*layer*/) const { return false; }
   /// Of a pipeline stage: its parameters that the stage at the other end of the chain holds too,
   /// one weight used by the chain's first and last layers (the GPT's token embedding and output
   /// layer). The first and the last stage list them in the same order; the pipeline sums their

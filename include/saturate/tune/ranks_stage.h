@@ -43,7 +43,9 @@ struct RanksStageOptions {
   /// empty: none). When the user's configuration did not fit, the plan's global batch is also
   /// measured split so, every process taking the whole batch (no accumulation or recomputation;
   /// not with fp16 or --adaptive-batch, which a split refuses), each
-  /// process's memory checked on its own as a stage's is.
+  /// process's memory checked on its own as a stage's is; and, where the chain splits too
+  /// (`pipeline_layers`), as 2, 4, ... stages of each of these shares while stages × shares
+  /// processes fit the cores.
   std::vector<int> tensor_parallel_sizes;
   /// The quality check of a layout kept in place of one process: both are trained on this many
   /// samples from the same seed and validated at the end, and the layout is kept only when its

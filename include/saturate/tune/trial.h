@@ -36,8 +36,8 @@ struct RunConfig {
   int64_t micro_batches = 0;
   std::string pipeline_schedule = "1f1b";
   /// Tensor parallel (`train --tensor-parallel`): the GPT's heads and MLP columns split over
-  /// this many processes of each replica, every one taking the whole batch. 1: none; not
-  /// together with pipeline stages.
+  /// this many processes of each replica, every one taking the whole batch. 1: none. With
+  /// pipeline stages each stage is split so (stages × tensor_parallel ranks a replica).
   int tensor_parallel = 1;
 
   /// Processes that hold one copy of the model between them.

@@ -20,6 +20,7 @@ struct Candidate {
   int threads = 1;
   bool pipeline = false;  // ranks are pipeline stages, each with its own memory
   bool tensor = false;    // ranks are tensor-parallel shares, each with its own memory
+  int shares = 1;         // both: ranks are stages of this many shares each
   RunConfig config;
   std::vector<double> job_samples_per_s;  // one per successful run
   int64_t peak_memory_bytes = 0;          // one process's, highest over the runs
@@ -32,11 +33,15 @@ struct Candidate {
   // pipeline's stages each hold their own part of the model under their own limit.
   int64_t limited_bytes() const { return peak_memory_bytes * (pipeline || tensor ? 1 : ranks); }
   std::string describe() const {
+    const std::string both = pipeline && tensor
+        ? std::to_string(ranks / shares) + " pipeline stages of " + std::to_string(shares) +
+              " tensor-parallel ranks (" + std::to_string(ranks) + " processes)"
+        : "";
     const char* kind = pipeline ? " pipeline stages"
                        : tensor ? " tensor-parallel ranks"
                        : ranks == 1 ? " rank" : " ranks";
-    return std::to_string(ranks) + kind + " × " + std::to_string(threads) +
-           (threads == 1 ? " thread" : " threads");
+    return (both.empty() ? std::to_string(ranks) + kind : both) + " × " +
+           std::to_string(threads) + (threads == 1 ? " thread" : " threads");
   }
 };
 
@@ -103,14 +108,31 @@ void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vect
     out.push_back(split_candidate(tuned, o, stages, /*pipeline=*/true));
 }
 
+// Split by tensor; and, where the model's chain splits too, stages of shares (every process
+// still one core or more).
 void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
                          std::vector<Candidate>& out) {
   const TrainOptions& t = tuned.train;
   if (!o.user_did_not_fit || t.precision == Precision::kFp16 || t.adaptive_batch)
     return;
+  const int most = std::min(o.cores, o.max_ranks);
   for (int ranks : o.tensor_parallel_sizes)
-    if (ranks <= std::min(o.cores, o.max_ranks))
-      out.push_back(split_candidate(tuned, o, ranks, /*pipeline=*/false));
+    if (ranks <= most) out.push_back(split_candidate(tuned, o, ranks, /*pipeline=*/false));
+  const int64_t global = t.batch_size * tuned.world_size;
+  for (int shares : o.tensor_parallel_sizes) {
+    for (int stages = 2; shares > 1 && stages * shares <= most && stages <= o.pipeline_layers &&
+                         stages <= global; stages *= 2) {
+      Candidate c = split_candidate(tuned, o, stages, /*pipeline=*/true);
+      c.tensor = true;
+      c.shares = shares;
+      c.ranks = stages * shares;
+      c.threads = std::max(1, o.cores / c.ranks);
+      c.config = as_pipeline(tuned, stages, c.threads);
+      c.config.tensor_parallel = shares;
+      c.config.world_size = c.ranks;
+      out.push_back(c);
+    }
+  }
 }
 
 std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOptions& o) {

@@ -208,12 +208,23 @@ TEST(Plan, Issue19_TensorParallelIsReadWrittenAndChecked) {
   EXPECT_CONTAINS(p.config.describe(), "per replica × 2 replicas, 2-way tensor parallel");
   EXPECT_EQ(plan_from_json(plan_with_config("threads", 1), "p.json").config.tensor_parallel, 1);
   EXPECT_CONTAINS(config_error("tensor_parallel", 0), "config.tensor_parallel must be an integer");
-  // 3 does not divide the world of 1; a split and stages together are not built yet.
+  // 3 does not divide the world of 1.
   EXPECT_CONTAINS(config_error("tensor_parallel", 3),
                   "config.tensor_parallel (3) must divide config.world_size (1)");
+  // Stages of shares: each replica is stages × shares ranks, which must divide the world.
   j["config"]["pipeline_stages"] = 2;
+  j["config"]["world_size"] = 2;  // each alone divides it
   const std::string both = error_of([&] { plan_from_json(j, "plan.json"); });
-  EXPECT_CONTAINS(both, "cannot both be above 1 yet");
+  EXPECT_CONTAINS(both, "config.pipeline_stages (2) × config.tensor_parallel (2) must divide "
+                        "config.world_size (2)");
+  j["config"]["world_size"] = 8;
+  j["config"]["micro_batches"] = 4;
+  const Plan both_ok = plan_from_json(j, "p.json");
+  EXPECT_EQ(both_ok.config.ranks_per_replica(), 4);
+  EXPECT_EQ(both_ok.config.replicas(), 2);
+  EXPECT_CONTAINS(both_ok.config.describe(),
+                  "per replica × 2 replicas, 2 pipeline stages × 4 micro-batches (1f1b) of 2-way "
+                  "tensor parallel");
 }
 
 TEST(Plan, BadBatchSizeNamesTheFileTheFieldAndTheValue) {

@@ -296,6 +296,44 @@ TEST(RanksStage, Issue19_WhenMemoryBindsASplitByTensorIsMeasuredAndTakenWhereItA
   for (const JobRequest& r : fits.requests) EXPECT_EQ(r.config.tensor_parallel, 1);
 }
 
+// Issue 19: a GPT neither one process nor a split of one kind runs (2 shares or 2 stages each
+// still hold too much) is measured as 2 stages of 2 shares on 4 cores, and that layout is kept;
+// it takes the whole batch as one replica, without accumulation.
+TEST(RanksStage, Issue19_StagesOfSharesAreMeasuredAndKeptWhereNeitherSplitAloneRuns) {
+  ScriptedJobs jobs([](int ranks, int) {
+    JobOutcome o;
+    o.status = JobStatus::kFailed;
+    o.reason = "rank 0 exited with code 1: CPU out of memory";
+    return ranks == 4 ? ok(900, int64_t{25} << 20) : o;
+  });
+  Plan plan = tuned_plan();
+  plan.config.train.accumulate = 4;
+  RanksStageOptions o = four_cores();
+  o.memory_limit_bytes = int64_t{60} << 20;
+  o.model_has_buffers = true;  // no data-parallel candidates
+  o.user_did_not_fit = true;
+  o.pipeline_layers = 2;        // 4 stages alone would be more than the layers
+  o.tensor_parallel_sizes = {2};
+  tune_ranks(plan, o, jobs);
+  const PlanStage& st = plan.stages.at(0);
+  ASSERT_TRUE(st.changed) << st.why;
+  EXPECT_EQ(plan.config.pipeline_stages, 2);
+  EXPECT_EQ(plan.config.tensor_parallel, 2);
+  EXPECT_EQ(plan.config.world_size, 4);
+  EXPECT_EQ(plan.config.replicas(), 1);
+  EXPECT_EQ(plan.config.train.batch_size, 256);
+  EXPECT_EQ(plan.config.train.accumulate, 1);
+  EXPECT_NE(st.why.find("kept 2 pipeline stages of 2 tensor-parallel ranks (4 processes) × 1 thread"),
+            std::string::npos) << st.why;
+  // With 2 cores the 4 processes are not tried.
+  ScriptedJobs two([](int, int) { return ok(1000); });
+  Plan small = tuned_plan();
+  small.config.train.accumulate = 4;
+  o.cores = 2;
+  tune_ranks(small, o, two);
+  for (const JobRequest& r : two.requests) EXPECT_LE(r.config.world_size, 2);
+}
+
 // A layout kept in place of one process must validate as one process does (the same samples
 // and seed through train): else one process is kept, and the stage says why.
 TEST(RanksStage, Issue19_ALayoutIsKeptOnlyWhenItsValidationMatchesOneProcesss) {
