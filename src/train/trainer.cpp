@@ -127,6 +127,7 @@ Trainer::Trainer(Model& model, TrainOptions options, c10::Device device, DeviceM
   state_->params = model_.parameters();
   state_->optimizer = make_optimizer(options_, state_->params);
   state_->scaler = std::make_unique<GradScaler>(scaler_options(options_));
+  agree_on_found_inf();
   // A model split by tensor: which parameters are shares, for the gradient norm (found once
   // here, not by name every step).
   if (model_.tensor_parallel_group() != nullptr) {
@@ -381,9 +382,26 @@ void Trainer::set_staged_step(StagedStep* staged) {
   SATURATE_CHECK(staged == nullptr || what == nullptr, "--pipeline-stages: cannot be combined with ",
                  what, " yet");
   staged_ = staged;
-  // fp16: a stage that finds an inf or NaN makes every stage skip the step and back off.
+  agree_on_found_inf();
+}
+
+void Trainer::agree_on_found_inf() {
+  // fp16: a stage or a tensor share that finds an inf or NaN makes every one skip the step and
+  // back off. A share's inf need not reach the others (an overflow in its own weights' gradient
+  // stays there), and a share that stepped alone would change the whole tensors (embeddings,
+  // LayerNorms) that every share must hold alike.
+  TensorParallelGroup* tp = model_.tensor_parallel_group();
+  StagedStep* staged = staged_;
   std::function<at::Tensor(const at::Tensor&)> sum;
-  if (staged_ != nullptr) sum = [staged](const at::Tensor& n) { return staged->sum_across_stages(n); };
+  if (tp != nullptr || staged != nullptr)
+    sum = [tp, staged](const at::Tensor& n) {
+      at::Tensor total = n;
+      if (tp != nullptr) {
+        total = n.reshape({1}).contiguous().clone();
+        tp->all_reduce_sum(total);
+      }
+      return staged != nullptr ? staged->sum_across_stages(total) : total;
+    };
   state_->scaler->set_found_inf_sum(std::move(sum));
 }
 

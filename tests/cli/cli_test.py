@@ -1322,7 +1322,8 @@ def case_issue19_tune_measures_pipeline_stages_when_memory_binds(tmp):
     piped = [t for t in trials if t["config"]["pipeline_stages"] == 2]
     if not piped or any(t["config"]["batch_size"] != 256 or t["config"]["accumulate"] != 1 or
                         t["config"]["world_size"] != 2 for t in piped):
-        fail(f"ranks trials: {[(t['config']['pipeline_stages'], t['config']['batch_size']) for t in trials]}")
+        fail(f"ranks trials: {[(t['config']['pipeline_stages'], t['config']['batch_size']) for t in trials]}; "
+             f"the stage: {stage['why']}")
     if not any(t["outcome"] == "fits" and t["samples_per_s"] > 0 for t in piped) or \
             "2 pipeline stages × 1 thread" not in stage["why"]:
         fail(f"the 2 stages did not run: {stage['why']}")

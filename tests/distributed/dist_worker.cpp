@@ -35,6 +35,7 @@
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/train/oom_probe.h"
+#include "saturate/train/precision.h"
 #include "saturate/telemetry/telemetry_sink.h"
 #include "saturate/train/staged_step.h"
 #include "saturate/train/trainer.h"
@@ -607,6 +608,115 @@ void tensor_parallel(DistGroup& g) {
             << " parameters here, " << compared << " gathered equal to one process's" << std::endl;
 }
 
+// Fixed batches, one epoch of them.
+class FixedBatches final : public BatchSource {
+ public:
+  explicit FixedBatches(std::vector<Batch> batches) : batches_(std::move(batches)) {}
+  void start_epoch(int64_t) override { next_ = 0; }
+  std::optional<Batch> next() override {
+    if (next_ >= batches_.size()) return std::nullopt;
+    return batches_[next_++];
+  }
+  int64_t batches_per_epoch() const override { return static_cast<int64_t>(batches_.size()); }
+
+ private:
+  std::vector<Batch> batches_;
+  size_t next_ = 0;
+};
+
+// fp16 with a tensor split, through the trainer (the command line takes fp16 on a GPU only):
+// an overflow in one share's weight gradient stays in that share (it does not reach the input's
+// gradient, which the backward's all-reduce would carry), so the shares must add up their
+// counts of non-finite gradients. The GPT is made so: share 1's MLP hidden units are 100 times
+// larger and its output columns 1000 times smaller, so at the first scale (2^18) the gradient of
+// share 1's columns of the MLP's output weight overflows fp16 and nothing else does (checked
+// first in one process). Both shares skip the steps one process skips (the first 3 of 6, each
+// halving the scale), take the rest to its parameters (1e-3), and end with the same whole
+// tensors. Without the sum share 0 takes the first step alone.
+void tensor_parallel_fp16(DistGroup& g) {
+  torch::set_num_threads(1);
+  const ModelInputs in{{16}, 50, true};
+  const std::string spec = "gpt-mini:layers=1,heads=2,width=32,context=16";
+  const int64_t hidden = 4 * 32, half = hidden / 2;
+  auto crafted = [&] {
+    torch::manual_seed(7);
+    auto m = make_model(spec, in);
+    torch::NoGradGuard no_grad;
+    for (auto& [n, p] : m->named_parameters()) {
+      if (n == "h.0.mlp.c_fc.weight") p.slice(0, half, hidden).mul_(100);
+      if (n == "h.0.mlp.c_proj.weight") p.slice(1, half, hidden).mul_(1e-3);
+    }
+    return m;
+  };
+  torch::manual_seed(11);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 6; ++i)
+    batches.push_back({torch::randint(0, 50, {8, 16}), torch::randint(0, 50, {8, 16}), 8});
+  TrainOptions o = testing::sgd_steps(/*batch_size=*/8, /*steps=*/6, /*lr=*/0.05);
+  o.precision = Precision::kFp16;
+  o.scaler.init_scale = std::ldexp(1.0, 18);
+  o.evaluate = false;
+  DatasetSplits data;
+  data.train.inputs = torch::zeros({48, 16}, torch::kLong);
+  data.train.targets = torch::zeros({48, 16}, torch::kLong);
+  data.train.num_classes = 50;
+  {  // The bad case is real: one process's first scaled gradient overflows in share 1's part only.
+    auto m = crafted();
+    at::Tensor loss;
+    {
+      AutocastScope autocast(Precision::kFp16, c10::kCPU);
+      loss = mean_loss(m->forward(batches[0].inputs), batches[0].targets);
+    }
+    (loss * o.scaler.init_scale).backward();
+    for (auto& [n, p] : m->named_parameters()) {
+      const bool proj = n == "h.0.mlp.c_proj.weight";
+      const at::Tensor finite = proj ? p.grad().slice(1, 0, half) : p.grad();
+      EXPECT_OR_FAIL(torch::isfinite(finite).all().item<bool>(), n, "'s gradient overflows too");
+      if (proj)
+        EXPECT_OR_FAIL(!torch::isfinite(p.grad().slice(1, half, hidden)).all().item<bool>(),
+                       "share 1's columns of ", n, " do not overflow: the case is not made");
+    }
+  }
+  auto whole = crafted();
+  MemorySink one;
+  FixedBatches whole_batches(batches);
+  Trainer(*whole, o, c10::Device("cpu")).fit(whole_batches, data, &one);
+  auto split = crafted();
+  auto tp = make_tensor_parallel_group(g);
+  EXPECT_OR_FAIL(split->set_tensor_parallel(tp.get()), "the GPT refused tensor parallel");
+  MemorySink shares;
+  FixedBatches split_batches(batches);
+  Trainer(*split, o, c10::Device("cpu")).fit(split_batches, data, &shares);
+  const auto& a = one.records();
+  const auto& b = shares.records();
+  EXPECT_OR_FAIL(a.size() == b.size() && !a.empty(), b.size(), " steps split, ", a.size(), " in one");
+  EXPECT_OR_FAIL(a[0].is_skipped, "one process did not skip the first step");
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_OR_FAIL(a[i].is_skipped == b[i].is_skipped && a[i].loss_scale == b[i].loss_scale,
+                   "step ", i + 1, ": share ", g.rank(), " skipped ", b[i].is_skipped, " at scale ",
+                   b[i].loss_scale, ", one process ", a[i].is_skipped, " at ", a[i].loss_scale);
+  std::vector<at::Tensor> whole_here;
+  const std::vector<at::Tensor> own = split->tensor_parallel_shares();
+  for (const at::Tensor& p : split->parameters())
+    if (std::none_of(own.begin(), own.end(), [&](const at::Tensor& s) { return s.is_same(p); }))
+      whole_here.push_back(p.detach().clone());
+  EXPECT_OR_FAIL(!own.empty() && whole_here.size() > own.size(), own.size(), " shares, ",
+                 whole_here.size(), " whole tensors");
+  expect_same_on_every_rank(g, whole_here, "the whole tensors after fp16 steps");
+  std::map<std::string, at::Tensor> ref;
+  for (auto& [n, p] : whole->named_parameters()) ref[n] = p.detach();
+  for (auto& [n, p] : split->whole_named_parameters()) {
+    const at::Tensor& w = ref.at(n);
+    const double err = (p - w).abs().max().item<double>() / std::max(1e-12, w.abs().max().item<double>());
+    EXPECT_OR_FAIL(err <= 1e-3, "parameter ", n, " differs from one process's by ", err);
+  }
+  int64_t skipped = 0;
+  for (const auto& r : b) skipped += r.is_skipped ? 1 : 0;
+  EXPECT_OR_FAIL(skipped < static_cast<int64_t>(b.size()), "every step skipped: none compared");
+  std::cout << "rank " << g.rank() << " fp16 tensor parallel: " << skipped << " of " << b.size()
+            << " steps skipped as one process, scale " << b.back().loss_scale << std::endl;
+}
+
 }  // namespace
 }  // namespace saturate
 
@@ -637,6 +747,7 @@ int main(int argc, char** argv) {
       saturate::pipeline(*g, argc > 3 ? argv[3] : "fmnist-cnn", argc > 4 ? std::atoi(argv[4]) : 1);
     else if (mode == "tensor_parallel") saturate::tensor_parallel(*g);
     else if (mode == "pipeline_fp16") saturate::pipeline_fp16(*g);
+    else if (mode == "tensor_parallel_fp16") saturate::tensor_parallel_fp16(*g);
     else SATURATE_CHECK(false, "dist_worker: unknown mode '", mode, "'");
     std::cout << "rank " << env.rank << " ok" << std::endl;
     return 0;

@@ -12,6 +12,8 @@ Cases:
   noise_scale       2 ranks measure the gradient noise scale within 10% of the truth
   tensor_parallel   the GPT's heads and MLP columns over 2 ranks end 5 SGD steps with one
                     process's losses and (gathered) parameters
+  tensor_parallel_fp16  under fp16, an overflow in one share's gradient makes both shares skip
+                    the step, as one process does
   pipeline_2stages, pipeline_4stages, pipeline_mlp, pipeline_gpt_2stages, pipeline_gpt_4stages
                     the ranks as pipeline stages (GPipe, 1F1B; 1, 4, 8 micro-batches) end 5
                     SGD steps with one process's parameters and losses
@@ -133,6 +135,11 @@ def case_pipeline_fp16(args):
 
 def case_tensor_parallel(args):
     all_ranks_ok(args, "tensor_parallel", 2, 100, ("60",))
+
+
+def case_tensor_parallel_fp16(args):
+    # fp16's loss scaler over 2 shares: an overflow in one share's gradient only makes both skip.
+    all_ranks_ok(args, "tensor_parallel_fp16", 2, 100, ("60",))
 
 
 def case_oom_one_rank(args):

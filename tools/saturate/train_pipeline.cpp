@@ -27,11 +27,6 @@
 
 namespace saturate::cli {
 
-namespace {
-constexpr const char* kTensorParallelFp16 =
-    "fp16 (the loss scaler's inf check across a tensor split's shares is not built yet; use bf16)";
-}  // namespace
-
 void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   app.add_option("--pipeline-stages", f.stages,
                  "split the model by layers over this many ranks (pipeline parallel; started "
@@ -55,9 +50,6 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
 std::string pipeline_incompatible(const RecipeFlags& rf, const CheckpointFlags& checkpoints,
                                   const PipelineFlags& f) {
   for_part(checkpoints, 0, f.ranks_per_replica());  // refuses one step's folder for a split
-  // A pipeline's stages agree on the loss scaler's skips (Trainer::set_staged_step); a tensor
-  // split's shares do not yet.
-  if (f.tensor_parallel > 1 && rf.precision == "fp16") return kTensorParallelFp16;
   // The trainer's own list; the precision is still the flag's text here (resolved later).
   TrainOptions o = rf.train;
   if (rf.precision == "fp16") o.precision = Precision::kFp16;
@@ -127,14 +119,11 @@ ReplicaGroups replica_groups(DistGroup& group, int n, const std::string& kind, i
   return g;
 }
 
-TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group,
-                                        const TrainOptions& o) {
+TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, DistGroup& group) {
   // Before the shares' group forms: a rank that stopped during its rendezvous would fail the
   // others with a connection error instead of this.
   const std::string problem = model.tensor_parallel_problem(f.tensor_parallel);
   SATURATE_CHECK(problem.empty(), "--tensor-parallel ", f.tensor_parallel, ": ", problem);
-  SATURATE_CHECK(o.precision != Precision::kFp16, "--tensor-parallel: cannot be combined with ",
-                 kTensorParallelFp16, " yet");  // --precision auto may come to fp16
   TensorParallelRun run;
   // Split into stages too: rank r is share r % T of its stage's group, and the stages average
   // across replicas themselves.
@@ -263,7 +252,7 @@ ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
   PipelineRun pipe;
   if (f.on()) pipe.spans = agreed_split(f, model, inputs, *group, o, memory_limit_bytes, pipe.predicted_ms);
   if (f.tensor_parallel > 1) {
-    run.tensor = build_tensor_parallel(f, model, *group, o);
+    run.tensor = build_tensor_parallel(f, model, *group);
     run.sync = run.tensor.replicas_sync.get();
   }
   if (f.on()) {

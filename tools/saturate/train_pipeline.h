@@ -100,8 +100,7 @@ struct TensorParallelRun {
   int64_t local_parameters = 0, whole_parameters = 0;
 };
 /// Splits `model` (saturate::Error when it cannot be split by tensor: only the GPT can).
-TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model, DistGroup& group,
-                                        const TrainOptions& options);
+TensorParallelRun build_tensor_parallel(const PipelineFlags& flags, Model& model, DistGroup& group);
 
 /// This rank's stage of `model` and the step that runs it: rank r is stage r % S of replica
 /// r / S (stage r / T % S with T tensor shares, each share's stages a pipeline), and with

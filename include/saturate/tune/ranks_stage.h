@@ -42,7 +42,7 @@ struct RanksStageOptions {
   /// Tensor parallel: the process counts the model's heads and columns split over (the GPT's;
   /// empty: none). When the user's configuration did not fit, the plan's global batch is also
   /// measured split so, every process taking the whole batch (no accumulation or recomputation;
-  /// not with fp16 or --adaptive-batch, which a split refuses), each
+  /// not with --adaptive-batch, which a split refuses), each
   /// process's memory checked on its own as a stage's is; and, where the chain splits too
   /// (`pipeline_layers`), as 2, 4, ... stages of each of these shares while stages × shares
   /// processes fit the cores.

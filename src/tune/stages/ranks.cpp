@@ -113,8 +113,7 @@ void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vect
 void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
                          std::vector<Candidate>& out) {
   const TrainOptions& t = tuned.train;
-  if (!o.user_did_not_fit || t.precision == Precision::kFp16 || t.adaptive_batch)
-    return;
+  if (!o.user_did_not_fit || t.adaptive_batch) return;
   const int most = std::min(o.cores, o.max_ranks);
   for (int ranks : o.tensor_parallel_sizes)
     if (ranks <= most) out.push_back(split_candidate(tuned, o, ranks, /*pipeline=*/false));

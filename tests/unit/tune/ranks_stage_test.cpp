@@ -273,15 +273,21 @@ TEST(RanksStage, Issue19_WhenMemoryBindsASplitByTensorIsMeasuredAndTakenWhereItA
   bool four = false;
   for (const JobRequest& r : jobs.requests) four = four || r.config.tensor_parallel == 4;
   EXPECT_TRUE(four) << "4 ranks are measured too";
-  // A split refuses fp16 (its shares do not agree on the loss scaler's skips yet): with it, no
-  // split is measured. Gradient clipping is measured (the split clips by the whole norm).
+  // fp16 is measured split (the shares agree on the loss scaler's skips), and so is gradient
+  // clipping (the split clips by the whole norm); --adaptive-batch, which a split refuses, is not.
   ScriptedJobs half([&](int ranks, int n) { return script(ranks, n); });
   Plan with_fp16 = tuned_plan();
   with_fp16.config.train.accumulate = 4;
   with_fp16.config.train.precision = Precision::kFp16;
   tune_ranks(with_fp16, o, half);
-  for (const JobRequest& r : half.requests) EXPECT_EQ(r.config.tensor_parallel, 1);
-  EXPECT_EQ(with_fp16.config.world_size, 1);
+  EXPECT_EQ(with_fp16.config.tensor_parallel, 2) << with_fp16.stages.back().why;
+  ScriptedJobs adaptive([&](int ranks, int n) { return script(ranks, n); });
+  Plan growing = tuned_plan();
+  growing.config.train.accumulate = 4;
+  growing.config.train.adaptive_batch = true;
+  tune_ranks(growing, o, adaptive);
+  for (const JobRequest& r : adaptive.requests) EXPECT_EQ(r.config.tensor_parallel, 1);
+  EXPECT_EQ(growing.config.world_size, 1);
   ScriptedJobs clipped([&](int ranks, int n) { return script(ranks, n); });
   Plan with_clip = tuned_plan();
   with_clip.config.train.accumulate = 4;
