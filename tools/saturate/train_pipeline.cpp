@@ -305,12 +305,22 @@ void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, a
     const uint64_t dims = get();
     SATURATE_ASSERT(dims == static_cast<uint64_t>(it->second.dim()), "--save-model: stage tensor ",
                     name, " has ", dims, " dimensions, the model's ", it->second.dim());
+    // Each size a multiple of the model's own (a share's whole tensor), and the bytes what they
+    // ask for, checked before anything is allocated.
     std::vector<int64_t> shape;
-    for (uint64_t d = 0; d < dims; ++d) shape.push_back(static_cast<int64_t>(get()));
+    uint64_t numel = 1;
+    for (uint64_t d = 0; d < dims; ++d) {
+      const uint64_t size = get(), own = static_cast<uint64_t>(it->second.size(static_cast<int64_t>(d)));
+      SATURATE_ASSERT(size > 0 && own > 0 && size % own == 0 && numel <= bytes.size() / size,
+                      "--save-model: stage tensor ", name, "'s size ", size, " in dimension ", d,
+                      " does not fit the model's ", own);
+      numel *= size;
+      shape.push_back(static_cast<int64_t>(size));
+    }
     const uint64_t n = get();
+    SATURATE_ASSERT(n == numel * it->second.element_size(), "--save-model: stage tensor ", name,
+                    " has ", n, " bytes for ", numel, " elements");
     at::Tensor t = torch::empty(shape, it->second.options().device(at::kCPU));
-    SATURATE_ASSERT(t.nbytes() == n, "--save-model: stage tensor ", name, " has ", n, " bytes for ",
-                    t.sizes());
     std::memcpy(t.data_ptr(), bytes.data() + at, n);
     it->second = t;
     at += n;
