@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "saturate/core/error.h"
+#include "saturate/core/units.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/phase_timer.h"
@@ -410,10 +411,13 @@ StageSplit split_layers_balanced(const std::vector<LayerCost>& layers, int stage
       }
   double largest = 0;
   for (int64_t i = 0; i < n; ++i) largest = std::max(largest, m[i + 1] - m[i]);
-  SATURATE_CHECK(std::isfinite(best[stages][n]), "--memory-limit ", memory_limit_bytes,
-                 " bytes: no split of the model's ", n, " layers into ", stages,
-                 " stages fits it (the largest layer needs ", static_cast<int64_t>(largest),
-                 " bytes)");
+  SATURATE_CHECK(std::isfinite(best[stages][n]), "--memory-limit ",
+                 format_bytes(memory_limit_bytes), ": no split of the model's ", n,
+                 " layers into ", stages, " stages fits it (its layers' weights, gradients, "
+                 "optimizer state and outputs at the batch come to ",
+                 format_bytes(static_cast<int64_t>(m[n])), ", the largest layer's to ",
+                 format_bytes(static_cast<int64_t>(largest)), "): more stages, a smaller batch or "
+                 "a higher limit");
   StageSplit split;
   split.slowest_ms = best[stages][n];
   for (int64_t s = stages, i = n; s > 0; i = cut[s][i], --s) split.spans.emplace_back(cut[s][i], i);

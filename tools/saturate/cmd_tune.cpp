@@ -68,8 +68,10 @@ void add_tune_flags(CLI::App& app, TuneFlags& f) {
                  "wall-time budget of the whole tune in seconds, guard included (0 = none)")
       ->capture_default_str();
   app.add_option("--max-ranks", f.max_ranks,
-                 "on CPU, the most data-parallel processes the ranks stage tries against one "
-                 "(1 skips it; default: the usable cores)");
+                 "on CPU, the most processes the ranks stage tries against one: data-parallel "
+                 "ranks up to the usable cores, and, when memory binds, a model split into "
+                 "stages or shares up to this many even past them (1 skips it; default: the "
+                 "usable cores)");
   app.add_option("--out", f.out_path, "where to write the plan")->capture_default_str();
   app.add_flag("-q,--quiet", f.quiet, "no live progress line (a terminal's stderr only)");
 }
@@ -144,7 +146,7 @@ int run_tune(const std::vector<std::string>& args) {
   o.eval_samples = val_samples;
   o.tune_eval_batch = app.count("--eval-batch-size") == 0;  // a given one is only checked
   // Read before the memory limit is in force.
-  const ModelLayoutFacts layout = model_layout_facts(f.rf.model, input);
+  const ModelLayoutFacts layout = model_layout_facts(f.rf.model, input, f.max_ranks);
   const int64_t memory_limit = tune_memory_limit(recipe, dp);
   o.model_splits = may_split(recipe, dp, layout, f.max_ranks, memory_limit);
   auto memory = make_device_memory(dp.device, memory_limit);

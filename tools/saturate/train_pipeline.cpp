@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include "train_checkpoints.h"
 #include "saturate/core/error.h"
 #include "saturate/core/log.h"
+#include "saturate/core/strings.h"
 #include "saturate/core/units.h"
 #include "saturate/distributed/data_parallel.h"
 #include "saturate/distributed/pipeline.h"
@@ -142,7 +144,35 @@ TensorParallelRun build_tensor_parallel(const PipelineFlags& f, Model& model, Di
 
 namespace {
 
-// The cut points [b0, e0 = b1, ...] of rank 0's split, on every rank.
+// Rank 0's balanced split: each layer profiled forward and backward at the batch on the CPU
+// copy of the model, with random inputs (tokens for a language model: the layers' cost does not
+// depend on the values).
+StageSplit profiled_split(const PipelineFlags& f, Model& model, const ModelInputs& inputs,
+                          const TrainOptions& o, int64_t limit) {
+  std::vector<int64_t> shape = {o.batch_size};
+  shape.insert(shape.end(), inputs.sample_shape.begin(), inputs.sample_shape.end());
+  const at::Tensor x = inputs.tokens ? torch::randint(0, inputs.num_classes, shape, torch::kLong)
+                                     : torch::randn(shape);
+  std::vector<LayerCost> costs = profile_layers(model, x, 3);
+  // Split by tensor too: a split layer's work and parameters divide over its shares (the
+  // profile ran on the whole model; the shares' all-reduces are not in it).
+  for (size_t i = 0; i < costs.size() && f.tensor_parallel > 1; ++i) {
+    if (!model.is_tensor_parallel_layer(static_cast<int64_t>(i))) continue;
+    costs[i].ms /= f.tensor_parallel;
+    costs[i].param_bytes /= f.tensor_parallel;
+  }
+  const double param_scale = o.optimizer == OptimizerKind::kSgd ? 3 : 4;
+  const StageSplit split = split_layers_balanced(costs, f.stages, limit, param_scale);
+  for (int s = 0; s < f.stages; ++s)
+    SATURATE_LOG_INFO("train: pipeline stage ", s, ": layers ", split.spans[s].first, "-",
+                      split.spans[s].second - 1, ", predicted ", format_fixed(split.ms[s], 1),
+                      " ms forward and backward per batch, ", format_bytes(split.bytes[s]));
+  return split;
+}
+
+// The cut points [b0, e0 = b1, ...] of rank 0's split, on every rank. When rank 0 finds no
+// split within the memory limit, every rank stops with its reason (exit 2), not the others with
+// a closed connection; a profile that itself runs out of memory falls back to the even split.
 std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Model& model,
                                                       const ModelInputs& inputs, DistGroup& group,
                                                       const TrainOptions& o, int64_t limit,
@@ -151,39 +181,50 @@ std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Mo
   SATURATE_CHECK(layers > 0, "--pipeline-stages: ", model.name(),
                  " cannot be split into stages by layers");
   std::vector<std::pair<int64_t, int64_t>> spans = split_layers_evenly(layers, f.stages);
-  at::Tensor cuts = torch::zeros({f.stages}, torch::kLong);
+  std::string failed;
   if (group.rank() == 0 && f.split == "balanced") {
-    // The profile runs on the CPU copy of the model, at the batch, with random inputs (tokens
-    // for a language model): the layers' cost does not depend on the values.
-    std::vector<int64_t> shape = {o.batch_size};
-    shape.insert(shape.end(), inputs.sample_shape.begin(), inputs.sample_shape.end());
-    const at::Tensor x = inputs.tokens ? torch::randint(0, inputs.num_classes, shape, torch::kLong)
-                                       : torch::randn(shape);
-    std::vector<LayerCost> costs = profile_layers(model, x, 3);
-    // Split by tensor too: a split layer's work and parameters divide over its shares (the
-    // profile ran on the whole model; the shares' all-reduces are not in it).
-    for (size_t i = 0; i < costs.size() && f.tensor_parallel > 1; ++i) {
-      if (!model.is_tensor_parallel_layer(static_cast<int64_t>(i))) continue;
-      costs[i].ms /= f.tensor_parallel;
-      costs[i].param_bytes /= f.tensor_parallel;
+    try {
+      const StageSplit split = profiled_split(f, model, inputs, o, limit);
+      spans = split.spans;
+      predicted_ms = split.ms;
+    } catch (const c10::OutOfMemoryError& e) {
+      for (const at::Tensor& p : model.parameters()) p.mutable_grad() = at::Tensor();
+      SATURATE_LOG_WARN("train: --pipeline-split balanced: the whole model's layer profile ran out "
+                        "of memory (", first_line(e.what()), "); splitting by layer count instead");
+    } catch (const Error& e) {
+      failed = e.what();
     }
-    const double param_scale = o.optimizer == OptimizerKind::kSgd ? 3 : 4;
-    const StageSplit split = split_layers_balanced(costs, f.stages, limit, param_scale);
-    spans = split.spans;
-    predicted_ms = split.ms;
-    for (int s = 0; s < f.stages; ++s)
-      SATURATE_LOG_INFO("train: pipeline stage ", s, ": layers ", spans[s].first, "-",
-                        spans[s].second - 1, ", predicted ", format_fixed(split.ms[s], 1),
-                        " ms forward and backward per batch, ", format_bytes(split.bytes[s]));
   }
+  at::Tensor cuts = torch::zeros({f.stages + 1}, torch::kLong);  // the last: rank 0 failed
   for (int s = 0; s < f.stages; ++s) cuts[s] = spans[s].second;
+  cuts[f.stages] = failed.empty() ? 0 : 1;
   std::vector<at::Tensor> v = {cuts};
   group.broadcast(v, 0);
+  if (v[0][f.stages].item<int64_t>() != 0) {
+    const std::vector<std::string> why = group.allgather_bytes(failed);
+    SATURATE_CHECK(false, why.front());
+  }
   for (int s = 0; s < f.stages; ++s) {
     spans[s].first = s == 0 ? 0 : v[0][s - 1].item<int64_t>();
     spans[s].second = v[0][s].item<int64_t>();
   }
   return spans;
+}
+
+// This process keeps its stage's tensors only: every other tensor of the whole model becomes a
+// zero-stride view of one element, keeping its name, shape and type (--save-model gathers the
+// stages' tensors in their place). Returns the bytes let go.
+int64_t release_other_layers(Model& whole, Model& stage) {
+  const std::vector<at::Tensor> kept = stage.state_tensors();
+  torch::NoGradGuard no_grad;
+  int64_t freed = 0;
+  for (auto& [name, t] : whole.named_state()) {
+    if (std::any_of(kept.begin(), kept.end(), [&](const at::Tensor& k) { return k.is_same(t); }))
+      continue;
+    freed += static_cast<int64_t>(t.nbytes());
+    t.set_data(torch::zeros({}, t.options()).expand(t.sizes()));
+  }
+  return freed;
 }
 
 // The pipeline of `run.spans` (agreed_split's) on this rank.
@@ -196,6 +237,7 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, DistGroup& grou
   run.stage = model.pipeline_stage(spans[me].first, spans[me].second);
   SATURATE_CHECK(run.stage != nullptr, "--pipeline-stages: ", model.name(),
                  " cannot be split into stages by layers");
+  const int64_t freed = release_other_layers(model, *run.stage);
   run.micro_batches =
       f.micro_batches > 0 ? f.micro_batches : std::min<int64_t>(4 * f.stages, o.batch_size);
   PipelineOptions po;
@@ -209,7 +251,7 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, DistGroup& grou
                     run.micro_batches, " micro-batches per step of ", o.batch_size, ", ",
                     f.schedule, ", bubble (S-1)/(M+S-1) = ",
                     format_fixed(100.0 * pipeline_bubble(f.stages, run.micro_batches), 0),
-                    "%");
+                    "%; the other stages' ", format_bytes(freed), " of weights let go here");
   return run;
 }
 
@@ -286,7 +328,8 @@ std::string pack_state(const std::vector<std::pair<std::string, at::Tensor>>& st
 // Puts each packed tensor in place of the one of its name in `state` (rank 0's model's, whose
 // shares of a tensor split are smaller than the whole tensors packed), checking every length
 // against what is left and each tensor's rank and size against that tensor's.
-void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, at::Tensor>>& state) {
+void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, at::Tensor>>& state,
+                  std::set<std::string>& filled) {
   size_t at = 0;
   auto get = [&] {
     uint64_t n = 0;
@@ -323,6 +366,7 @@ void unpack_state(const std::string& bytes, std::vector<std::pair<std::string, a
     at::Tensor t = torch::empty(shape, it->second.options().device(at::kCPU));
     std::memcpy(t.data_ptr(), bytes.data() + at, n);
     it->second = t;
+    filled.insert(name);
     at += n;
   }
 }
@@ -351,8 +395,12 @@ std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelPa
   const bool sends = run.pipe.groups.replica == 0 && (!split || run.tensor.groups.part == 0);
   const std::vector<std::string> all = group->allgather_bytes(sends ? pack_state(mine) : "");
   if (group->rank() != 0) return state;
+  // Rank 0 holds its own stage only (release_other_layers): every tensor must come from a stage.
   state = whole.named_state();
-  for (const std::string& bytes : all) unpack_state(bytes, state);
+  std::set<std::string> filled;
+  for (const std::string& bytes : all) unpack_state(bytes, state, filled);
+  for (const auto& [name, t] : state)
+    SATURATE_ASSERT(filled.count(name) != 0, "--save-model: no stage sent tensor ", name);
   return state;
 }
 

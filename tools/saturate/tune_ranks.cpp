@@ -85,13 +85,14 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   return job;
 }
 
-ModelLayoutFacts model_layout_facts(const std::string& model, const TrainingInput& input) {
+ModelLayoutFacts model_layout_facts(const std::string& model, const TrainingInput& input,
+                                    int max_ranks) {
   ModelLayoutFacts f;
   auto m = make_model(model, model_inputs_for(input));
   f.has_buffers = m->state_tensors().size() > m->parameters().size();
   for (const at::Tensor& p : m->parameters()) f.param_bytes += p.numel() * p.element_size();
   f.pipeline_layers = m->pipeline_layers();
-  for (int n = 2; n <= usable_cores(); n *= 2)
+  for (int n = 2; n <= std::max(usable_cores(), max_ranks); n *= 2)
     if (m->tensor_parallel_problem(n).empty()) f.tensor_parallel_sizes.push_back(n);
   return f;
 }

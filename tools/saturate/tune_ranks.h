@@ -36,12 +36,13 @@ struct ModelLayoutFacts {
   bool has_buffers = false;
   int64_t param_bytes = 0;  ///< the whole model's parameters
   int64_t pipeline_layers = 0;
-  std::vector<int> tensor_parallel_sizes;  ///< process counts up to the usable cores
+  std::vector<int> tensor_parallel_sizes;  ///< process counts up to the usable cores or --max-ranks
   /// The ranks stage could split it over this host's processes (at least 2 usable cores and
   /// --max-ranks): TuneOptions::model_splits.
   bool splits(int max_ranks) const;
 };
-ModelLayoutFacts model_layout_facts(const std::string& model, const TrainingInput& input);
+ModelLayoutFacts model_layout_facts(const std::string& model, const TrainingInput& input,
+                                    int max_ranks);
 
 /// The memory limit a tune's trials run under: --memory-limit, or under a launcher on a CPU
 /// node without one, this rank's share of the host.

@@ -20,7 +20,9 @@ namespace saturate {
 struct RanksStageOptions {
   bool on_cpu = true;  ///< on a GPU, one process per GPU is the launcher's choice: no stage
   int cores = 1;       ///< usable cores: candidates are 1 × cores, 2 × cores/2, ...
-  int max_ranks = 1;   ///< the most processes to try
+  /// The most processes to try: data-parallel ranks also stop at `cores`; a split model (stages,
+  /// shares, when memory binds) may go past them, each process then on one thread.
+  int max_ranks = 1;
   bool model_has_buffers = false;  ///< BatchNorm statistics: per-rank batches change the model
   double budget_left_s = -1;       ///< -1: no budget
   /// Memory every process of a candidate needs together (peak × ranks) must stay under

@@ -103,18 +103,17 @@ Candidate split_candidate(const RunConfig& tuned, const RanksStageOptions& o, in
 void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vector<Candidate>& out) {
   if (!o.user_did_not_fit || o.pipeline_layers < 2) return;
   const int64_t global = tuned.train.batch_size * tuned.world_size;
-  const int most = static_cast<int>(std::min<int64_t>(std::min(o.cores, o.max_ranks), o.pipeline_layers));
+  const int most = static_cast<int>(std::min<int64_t>(o.max_ranks, o.pipeline_layers));
   for (int stages = 2; stages <= most && stages <= global; stages *= 2)
     out.push_back(split_candidate(tuned, o, stages, /*pipeline=*/true));
 }
 
-// Split by tensor; and, where the model's chain splits too, stages of shares (every process
-// still one core or more).
+// Split by tensor; and, where the model's chain splits too, stages of shares.
 void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
                          std::vector<Candidate>& out) {
   const TrainOptions& t = tuned.train;
   if (!o.user_did_not_fit || t.adaptive_batch) return;
-  const int most = std::min(o.cores, o.max_ranks);
+  const int most = o.max_ranks;
   for (int ranks : o.tensor_parallel_sizes)
     if (ranks <= most) out.push_back(split_candidate(tuned, o, ranks, /*pipeline=*/false));
   const int64_t global = t.batch_size * tuned.world_size;

@@ -331,13 +331,28 @@ TEST(RanksStage, Issue19_StagesOfSharesAreMeasuredAndKeptWhereNeitherSplitAloneR
   EXPECT_EQ(plan.config.train.accumulate, 1);
   EXPECT_NE(st.why.find("kept 2 pipeline stages of 2 tensor-parallel ranks (4 processes) × 1 thread"),
             std::string::npos) << st.why;
-  // With 2 cores the 4 processes are not tried.
+  // With 2 cores and --max-ranks 2 the 4 processes are not tried; with --max-ranks 4 they are,
+  // past the cores (a split that fits nowhere else), each on one thread.
   ScriptedJobs two([](int, int) { return ok(1000); });
   Plan small = tuned_plan();
   small.config.train.accumulate = 4;
   o.cores = 2;
+  o.max_ranks = 2;
   tune_ranks(small, o, two);
   for (const JobRequest& r : two.requests) EXPECT_LE(r.config.world_size, 2);
+  ScriptedJobs past([](int ranks, int) { return ok(ranks == 4 ? 900 : 1000); });
+  Plan asked = tuned_plan();
+  asked.config.train.accumulate = 4;
+  o.max_ranks = 4;
+  tune_ranks(asked, o, past);
+  bool four = false;
+  for (const JobRequest& r : past.requests) {
+    four = four || (r.config.world_size == 4 && r.config.tensor_parallel == 2);
+    if (r.config.tensor_parallel > 1 || r.config.pipeline_stages > 1) {
+      EXPECT_EQ(r.config.threads, 1);
+    }
+  }
+  EXPECT_TRUE(four) << "2 stages of 2 shares past 2 cores";
 }
 
 // A layout kept in place of one process must validate as one process does (the same samples
