@@ -1580,6 +1580,53 @@ def case_issue19_tune_splits_a_model_one_process_cannot_hold(tmp):
         fail(f"under 100 MiB: exit {code}, last line: {last}")
 
 
+def case_issue19_tune_measures_stages_of_shares(tmp):
+    # A GPT that under 25 MiB a process runs neither in one process nor as 2 stages or 2 shares:
+    # with --max-ranks 4 (past this machine's 2 cores: a split that fits nowhere else) the ranks
+    # stage also measures 4 stages, 4 shares where the heads split so (2 heads: not here) and 2
+    # stages of 2 shares, which runs. It keeps a 4-process layout, and train --config trains an
+    # epoch of it with every process under the limit.
+    os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    if len(os.sched_getaffinity(0)) < 2:
+        print("one usable core: no split to measure")
+        return
+    common = ["--model", "gpt-mini:layers=4,heads=2,width=256", "--data",
+              "text:" + os.path.join(LICENSES, "Apache-2.0"), "--seq-len", "32"]
+    plan_path = os.path.join(tmp, "plan.json")
+    code, out, err = run("tune", *common, "--batch-size", "8", "--memory-limit", "25MiB",
+                         "--max-ranks", "4", "--budget-s", "240", "--effective-batch", "keep",
+                         "--quality-samples", "0", "--out", plan_path, timeout=280)
+    if code != 0:
+        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    [ranks] = [s for s in plan["stages"] if s["name"] == "ranks"]
+    outcome = {}
+    for t in plan["trials"]:
+        c = t["config"]
+        if t["stage"] == "ranks":
+            key = (c["world_size"], c["pipeline_stages"], c["tensor_parallel"])
+            outcome[key] = outcome.get(key, "") or t["outcome"]
+    if outcome.get((4, 2, 2)) != "fits" or outcome.get((1, 1, 1)) != "oom" or \
+            outcome.get((2, 2, 1)) != "oom" or outcome.get((2, 1, 2)) != "oom":
+        fail(f"ranks trials (world, stages, shares): {outcome}\n{ranks['why']}")
+    c = plan["config"]
+    if c["pipeline_stages"] * c["tensor_parallel"] != 4 or c["world_size"] != 4:
+        fail(f"kept {c}\n{ranks['why']}")
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, *common, "--epochs", "1", "--no-eval",
+                         "-q", "--summary-json", summary, timeout=240)
+    if code != 0:
+        fail(f"train --config: exit {code}\n{err[-3000:]}")
+    with open(summary) as f:
+        sj = json.load(f)
+    peaks = [x["peak_memory_bytes"] for x in sj["pipeline"]["per_stage"]] if sj["pipeline"] \
+        else [sj["peak_memory_bytes"]]
+    if sj["epochs"] < 0.99 or not all(0 < p <= 25 << 20 for p in peaks):
+        fail(f"train --config: {sj['epochs']} epochs, peaks {peaks}")
+    print(f"kept {c['pipeline_stages']} stages x {c['tensor_parallel']} shares; peaks {peaks}")
+
+
 def case_issue19_pipeline_bad_input(tmp):
     os.environ["SATURATE_CACHE_DIR"] = os.path.join(tmp, "cache")
     data = make_idx_dir(tmp, n_train=256, n_test=64)
