@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -349,6 +350,40 @@ std::vector<std::pair<int64_t, int64_t>> split_layers_evenly(int64_t layers, int
     spans.emplace_back(begin, begin + n);
     begin += n;
   }
+  return spans;
+}
+
+std::vector<int64_t> parse_pipeline_split(const std::string& split, int stages,
+                                          const std::string& what) {
+  if (split == "balanced" || split == "even") return {};
+  std::vector<int64_t> counts;
+  size_t at = 0;
+  while (at <= split.size() && counts.size() <= static_cast<size_t>(std::max(stages, 0))) {
+    const size_t comma = std::min(split.find(',', at), split.size());
+    const std::string item = split.substr(at, comma - at);
+    char* end = nullptr;
+    const long long n = std::strtoll(item.c_str(), &end, 10);
+    SATURATE_CHECK(!item.empty() && *end == '\0' && n >= 1 && n <= 1000000, what, ": '", split,
+                   "' is not a split (balanced, even, or each stage's layer count: 2,3,3)");
+    counts.push_back(n);
+    at = comma + 1;
+  }
+  SATURATE_CHECK(static_cast<int>(counts.size()) == stages, what, ": '", split, "' gives ",
+                 counts.size() > static_cast<size_t>(stages) ? "more" : std::to_string(counts.size()),
+                 " stages' layer counts for ", stages, " stages");
+  return counts;
+}
+
+std::vector<std::pair<int64_t, int64_t>> spans_of_layer_counts(const std::vector<int64_t>& counts,
+                                                               int64_t layers) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  int64_t begin = 0;
+  for (int64_t n : counts) {
+    spans.emplace_back(begin, begin + n);
+    begin += n;
+  }
+  SATURATE_CHECK(begin == layers, "--pipeline-split: the stages' layer counts add up to ", begin,
+                 "; the model has ", layers, " layers");
   return spans;
 }
 

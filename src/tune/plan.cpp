@@ -10,6 +10,7 @@
 #include "saturate/core/error.h"
 #include "saturate/core/json.h"
 #include "saturate/core/strings.h"
+#include "saturate/distributed/pipeline.h"
 #include "saturate/telemetry/noise_scale_json.h"
 #include "saturate/tune/exec_command.h"
 
@@ -33,7 +34,7 @@ const std::vector<std::string> kConfigKeys = {
     "lr",         "warmup_steps", "optimizer",  "schedule",
     "threads",    "workers",      "prefetch",   "seed",
     "momentum",   "weight_decay", "eval_batch_size", "eval_every", "memory_format", "world_size", "clip_grad_norm",
-    "pipeline_stages", "micro_batches", "pipeline_schedule", "tensor_parallel"};
+    "pipeline_stages", "micro_batches", "pipeline_schedule", "pipeline_split", "tensor_parallel"};
 const std::vector<std::string> kTopLevelKeys = {"schema_version",
                                                 "model",
                                                 "data",
@@ -255,6 +256,7 @@ json config_to_json(const RunConfig& c) {
           {"pipeline_stages", c.pipeline_stages},
           {"micro_batches", c.micro_batches},
           {"pipeline_schedule", c.pipeline_schedule},
+          {"pipeline_split", c.pipeline_split},
           {"tensor_parallel", c.tensor_parallel}};
 }
 
@@ -297,6 +299,12 @@ RunConfig config_from_json(const FieldReader& r) {
   r.check(c.micro_batches <= t.batch_size, r.field("micro_batches"), " (", c.micro_batches,
           ") must not exceed ", r.field("batch_size"), " (", t.batch_size, ")");
   c.pipeline_schedule = r.name("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b"});
+  c.pipeline_split = r.string("pipeline_split", c.pipeline_split);
+  try {
+    parse_pipeline_split(c.pipeline_split, c.pipeline_stages, r.field("pipeline_split"));
+  } catch (const Error& e) {
+    r.check(false, e.what());
+  }
   c.tensor_parallel = static_cast<int>(
       r.integer("tensor_parallel", c.tensor_parallel, 1, "an integer in [1, 1024]"));
   r.check(c.tensor_parallel <= 1024 && c.world_size % c.tensor_parallel == 0,

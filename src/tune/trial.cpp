@@ -25,7 +25,10 @@ std::string RunConfig::describe() const {
     if (replicas() > 1) s << " per replica × " << replicas() << " replicas";
     s << ", " << pipeline_stages << " pipeline stages";
     if (micro_batches > 0) s << " × " << micro_batches << " micro-batches";
-    s << " (" << pipeline_schedule << ")";
+    s << " (" << pipeline_schedule;
+    if (pipeline_split == "even") s << ", even split";
+    else if (pipeline_split != "balanced") s << ", layers " << pipeline_split;
+    s << ")";
     if (tensor_parallel > 1) s << " of " << tensor_parallel << "-way tensor parallel";
   } else if (tensor_parallel > 1) {
     if (replicas() > 1) s << " per replica × " << replicas() << " replicas";

@@ -1516,13 +1516,7 @@ def case_issue19_tune_measures_tensor_parallel_when_memory_binds(tmp):
     split_path = os.path.join(tmp, "split.json")
     with open(split_path, "w") as f:
         json.dump(plan, f)
-    summary = os.path.join(tmp, "s.json")
-    code, out, err = run("train", "--config", split_path, *common, "--steps", "4", "--no-eval",
-                         "-q", "--summary-json", summary, timeout=240)
-    if code != 0:
-        fail(f"train --config of the split: exit {code}\n{err[-3000:]}")
-    with open(summary) as f:
-        s = json.load(f)
+    s = train_plan(tmp, split_path, common + ["--steps", "4"])
     if s["tensor_parallel"] != 2 or s["global_batch_size"] != 32:
         fail(f"train --config ran tensor_parallel {s['tensor_parallel']}, global batch {s['global_batch_size']}")
     if not 0 < s["peak_memory_bytes"] <= 80 << 20:
@@ -1592,14 +1586,10 @@ def case_issue19_tune_measures_stages_of_shares(tmp):
         return
     common = ["--model", "gpt-mini:layers=4,heads=2,width=256", "--data",
               "text:" + os.path.join(LICENSES, "Apache-2.0"), "--seq-len", "32"]
-    plan_path = os.path.join(tmp, "plan.json")
-    code, out, err = run("tune", *common, "--batch-size", "8", "--memory-limit", "25MiB",
-                         "--max-ranks", "4", "--budget-s", "240", "--effective-batch", "keep",
-                         "--quality-samples", "0", "--out", plan_path, timeout=280)
-    if code != 0:
-        fail(f"tune exit {code}\n{out}\n{err[-3000:]}")
-    with open(plan_path) as f:
-        plan = json.load(f)
+    plan_path, plan = tune_plan(tmp, common + ["--batch-size", "8", "--memory-limit", "25MiB",
+                                               "--max-ranks", "4", "--budget-s", "240",
+                                               "--effective-batch", "keep", "--quality-samples",
+                                               "0"], 280)
     [ranks] = [s for s in plan["stages"] if s["name"] == "ranks"]
     outcome = {}
     for t in plan["trials"]:
@@ -1613,13 +1603,11 @@ def case_issue19_tune_measures_stages_of_shares(tmp):
     c = plan["config"]
     if c["pipeline_stages"] * c["tensor_parallel"] != 4 or c["world_size"] != 4:
         fail(f"kept {c}\n{ranks['why']}")
-    summary = os.path.join(tmp, "s.json")
-    code, out, err = run("train", "--config", plan_path, *common, "--epochs", "1", "--no-eval",
-                         "-q", "--summary-json", summary, timeout=240)
-    if code != 0:
-        fail(f"train --config: exit {code}\n{err[-3000:]}")
-    with open(summary) as f:
-        sj = json.load(f)
+    # The plan cuts its stages where the measured runs did (their balanced profile), not where
+    # train --config's own profile, on a machine loaded otherwise, would.
+    if c["pipeline_stages"] > 1 and not re.fullmatch(r"\d+(,\d+)*", c["pipeline_split"]):
+        fail(f"the plan's stages are not cut where the trial cut them: {c['pipeline_split']}")
+    sj = train_plan(tmp, plan_path, common + ["--epochs", "1"])
     peaks = [x["peak_memory_bytes"] for x in sj["pipeline"]["per_stage"]] if sj["pipeline"] \
         else [sj["peak_memory_bytes"]]
     if sj["epochs"] < 0.99 or not all(0 < p <= 25 << 20 for p in peaks):
@@ -1641,6 +1629,8 @@ def case_issue19_pipeline_bad_input(tmp):
             (["--pipeline-stages", "2", "--pipeline-schedule", "zigzag"],
              "--pipeline-schedule: 'zigzag' is not a pipeline schedule (gpipe, 1f1b)"),
             (["--pipeline-stages", "2", "--pipeline-split", "random"], "--pipeline-split: 'random'"),
+            (["--pipeline-stages", "3", "--pipeline-split", "1,1"],
+             "--pipeline-split: '1,1' gives 2 stages' layer counts for 3 stages"),
             (["--pipeline-stages", "2", "--accumulate", "2"],
              "--pipeline-stages: cannot be combined with --accumulate"),
             (["--tensor-parallel", "0"], "--tensor-parallel must be at least 1, got 0"),
@@ -1662,6 +1652,8 @@ def case_issue19_pipeline_bad_input(tmp):
              "is not a multiple of it"),
             (base + ["--tensor-parallel", "2"],
              "--tensor-parallel 2: mlp cannot be split by tensor (the GPT can)"),
+            (base + ["--pipeline-stages", "2", "--pipeline-split", "1,1"],
+             "--pipeline-split: the stages' layer counts add up to 2; the model has 6 layers"),
             (["train", "--model", "gpt-mini:layers=1,heads=4,width=32", "--data", "text:" + LICENSES,
               "--seq-len", "16", "--steps", "1", "--threads", "1", "-q", "--tensor-parallel", "3"],
              "heads and width 32 do not split evenly over it"),
@@ -1949,6 +1941,18 @@ def case_issue15_plan_rules_on_the_global_batch(tmp):
                               "MASTER_PORT": "1"})
     if code != 2 or "train: --ranks 3, but the launcher (torchrun) started 2 ranks" not in err:
         fail(f"--ranks against the launcher's world: exit {code}\n{err}")
+
+
+def train_plan(tmp, plan_path, args):
+    """Runs `saturate train --config plan_path` with `args`, without evaluation; fails the test
+    unless it exits 0. Returns its summary."""
+    summary = os.path.join(tmp, "s.json")
+    code, out, err = run("train", "--config", plan_path, *args, "--no-eval", "-q",
+                         "--summary-json", summary, timeout=240)
+    if code != 0:
+        fail(f"train --config {plan_path}: exit {code}\n{err[-3000:]}")
+    with open(summary) as f:
+        return json.load(f)
 
 
 def tune_plan(tmp, args, timeout):

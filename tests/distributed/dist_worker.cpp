@@ -501,9 +501,19 @@ void pipeline(DistGroup& world, const std::string& name, int shares) {
   }
 }
 
-// Tensor parallel (issue 19): the GPT's heads and MLP columns split over the ranks take 5 SGD
-// steps to one process's losses and, gathered, its parameters (1e-5 relative); a model that
-// cannot be split says so.
+// Each of `got` within `tolerance` (relative to the largest element) of `whole`'s parameter of
+// its name.
+void expect_near_by_name(Model& whole, const std::vector<std::pair<std::string, at::Tensor>>& got,
+                         double tolerance) {
+  std::map<std::string, at::Tensor> ref;
+  for (auto& [n, p] : whole.named_parameters()) ref[n] = p.detach();
+  for (const auto& [n, p] : got) {
+    const at::Tensor& w = ref.at(n);
+    const double err = (p - w).abs().max().item<double>() / std::max(1e-12, w.abs().max().item<double>());
+    EXPECT_OR_FAIL(err <= tolerance, "parameter ", n, " differs from one process's by ", err);
+  }
+}
+
 // fp16 with its loss scaler through the trainer over 2 pipeline stages (the command line takes
 // fp16 on a GPU only; the trainer runs it on the CPU too): the last stage scales each
 // micro-batch's loss and the stages agree on the skips. A first scale of 2^24 overflows the
@@ -546,17 +556,14 @@ void pipeline_fp16(DistGroup& g) {
   }
   EXPECT_OR_FAIL(skipped > 0 && skipped < static_cast<int64_t>(a.size()), skipped, " of ", a.size(),
                  " steps skipped: the test needs some skipped and some taken");
-  std::map<std::string, at::Tensor> ref;
-  for (auto& [n, p] : whole->named_parameters()) ref[n] = p.detach();
-  for (auto& [n, p] : stage->named_parameters()) {
-    const at::Tensor& w = ref.at(n);
-    const double err = (p - w).abs().max().item<double>() / std::max(1e-12, w.abs().max().item<double>());
-    EXPECT_OR_FAIL(err <= 1e-3, "parameter ", n, " differs from one process's by ", err);
-  }
+  expect_near_by_name(*whole, stage->named_parameters(), 1e-3);
   std::cout << "rank " << g.rank() << " fp16 pipeline: " << skipped << " of " << a.size()
             << " steps skipped, scale " << b.back().loss_scale << ", as one process" << std::endl;
 }
 
+// Tensor parallel (issue 19): the GPT's heads and MLP columns split over the ranks take 5 SGD
+// steps to one process's losses and, gathered, its parameters (1e-5 relative); a model that
+// cannot be split says so.
 void tensor_parallel(DistGroup& g) {
   torch::set_num_threads(1);
   const ModelInputs in{{16}, 50, true};
@@ -703,13 +710,7 @@ void tensor_parallel_fp16(DistGroup& g) {
   EXPECT_OR_FAIL(!own.empty() && whole_here.size() > own.size(), own.size(), " shares, ",
                  whole_here.size(), " whole tensors");
   expect_same_on_every_rank(g, whole_here, "the whole tensors after fp16 steps");
-  std::map<std::string, at::Tensor> ref;
-  for (auto& [n, p] : whole->named_parameters()) ref[n] = p.detach();
-  for (auto& [n, p] : split->whole_named_parameters()) {
-    const at::Tensor& w = ref.at(n);
-    const double err = (p - w).abs().max().item<double>() / std::max(1e-12, w.abs().max().item<double>());
-    EXPECT_OR_FAIL(err <= 1e-3, "parameter ", n, " differs from one process's by ", err);
-  }
+  expect_near_by_name(*whole, split->whole_named_parameters(), 1e-3);
   int64_t skipped = 0;
   for (const auto& r : b) skipped += r.is_skipped ? 1 : 0;
   EXPECT_OR_FAIL(skipped < static_cast<int64_t>(b.size()), "every step skipped: none compared");

@@ -45,7 +45,7 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
       ->capture_default_str();
   app.add_option("--pipeline-split", f.split,
                  "with --pipeline-stages: balanced (by each layer's measured time, within "
-                 "--memory-limit) or even (by layer count)")
+                 "--memory-limit), even (by layer count), or each stage's layer count (2,3,3)")
       ->capture_default_str();
 }
 
@@ -65,6 +65,7 @@ void apply_plan_pipeline(const Plan& plan, const CLI::App& app, PipelineFlags& f
   if (app.count("--micro-batches") == 0 && c.pipeline_stages > 1 && c.micro_batches > 0)
     f.micro_batches = c.micro_batches;
   if (app.count("--pipeline-schedule") == 0) f.schedule = c.pipeline_schedule;
+  if (app.count("--pipeline-split") == 0 && c.pipeline_stages > 1) f.split = c.pipeline_split;
   if (app.count("--tensor-parallel") == 0) f.tensor_parallel = c.tensor_parallel;
 }
 
@@ -76,8 +77,7 @@ void check_pipeline_flags(const PipelineFlags& f, const TrainOptions& o,
   SATURATE_CHECK(f.micro_batches <= o.batch_size || o.batch_size < 1, "--micro-batches ", f.micro_batches,
                  " is more than the batch of ", o.batch_size);
   parse_pipeline_schedule(f.schedule);
-  SATURATE_CHECK(f.split == "balanced" || f.split == "even", "--pipeline-split: '", f.split,
-                 "' is not a split (balanced, even)");
+  parse_pipeline_split(f.split, f.stages, "--pipeline-split");
   SATURATE_CHECK(f.on() || f.micro_batches == -1, "--micro-batches needs --pipeline-stages above 1 "
                  "(micro-batches of one process's step are --accumulate)");
   SATURATE_CHECK(f.tensor_parallel >= 1, "--tensor-parallel must be at least 1, got ",
@@ -181,6 +181,8 @@ std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Mo
   SATURATE_CHECK(layers > 0, "--pipeline-stages: ", model.name(),
                  " cannot be split into stages by layers");
   std::vector<std::pair<int64_t, int64_t>> spans = split_layers_evenly(layers, f.stages);
+  const std::vector<int64_t> counts = parse_pipeline_split(f.split, f.stages, "--pipeline-split");
+  if (!counts.empty()) return spans_of_layer_counts(counts, layers);  // the same on every rank
   std::string failed;
   if (group.rank() == 0 && f.split == "balanced") {
     try {

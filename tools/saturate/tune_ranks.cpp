@@ -30,6 +30,24 @@ LaunchJobRunner::LaunchJobRunner(const Plan& plan)
   write_json_file(plan_path_, to_json(plan));
 }
 
+namespace {
+
+// Pipeline stages: the highest stage's peak (rank 0 holds the first stage only) and where the
+// run cut them, each stage's layer count, for the plan to cut the same.
+void read_stages(const nlohmann::json& s, JobOutcome& job) {
+  const auto p = s.find("pipeline");
+  if (p == s.end() || !p->is_object() || !p->contains("per_stage")) return;
+  std::string counts;
+  for (const nlohmann::json& st : (*p)["per_stage"]) {
+    job.peak_memory_bytes = std::max(job.peak_memory_bytes, st.value("peak_memory_bytes", int64_t{0}));
+    const int64_t n = st.value("last_layer", int64_t{-1}) - st.value("first_layer", int64_t{0}) + 1;
+    counts += (counts.empty() ? "" : ",") + std::to_string(n);
+  }
+  job.pipeline_split = counts;
+}
+
+}  // namespace
+
 JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   const RunConfig& c = request.config;
   std::remove(summary_path_.c_str());
@@ -54,7 +72,8 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   if (!request.validate) o.command.push_back("--no-eval");
   if (c.pipeline_stages > 1) {
     if (c.micro_batches > 0) o.command.insert(o.command.end(), {"--micro-batches", std::to_string(c.micro_batches)});
-    o.command.insert(o.command.end(), {"--pipeline-schedule", c.pipeline_schedule});
+    o.command.insert(o.command.end(), {"--pipeline-schedule", c.pipeline_schedule,
+                                       "--pipeline-split", c.pipeline_split});
   }
   std::ostringstream out, err;
   const auto start = std::chrono::steady_clock::now();
@@ -79,6 +98,7 @@ JobOutcome LaunchJobRunner::run(const JobRequest& request) {
   }
   job.job_samples_per_s = s["job_samples_per_s"].get<double>();
   job.peak_memory_bytes = s.value("peak_memory_bytes", int64_t{0});
+  read_stages(s, job);
   if (s.contains("val_accuracy") && s["val_accuracy"].is_number())
     job.val_accuracy = s["val_accuracy"].get<double>();
   if (s.contains("val_loss") && s["val_loss"].is_number()) job.val_loss = s["val_loss"].get<double>();

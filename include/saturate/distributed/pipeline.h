@@ -43,6 +43,16 @@ std::string to_string(PipelineSchedule schedule);
 /// or a model that cannot be split (0 layers).
 std::vector<std::pair<int64_t, int64_t>> split_layers_evenly(int64_t layers, int stages);
 
+/// `--pipeline-split`: "balanced", "even", or each stage's layer count in order ("1,2,2"): the
+/// counts, empty for balanced and even. saturate::Error naming `what` (the flag or plan field)
+/// for anything else, or counts that are not `stages` positive integers.
+std::vector<int64_t> parse_pipeline_split(const std::string& split, int stages,
+                                          const std::string& what);
+/// The spans [begin, end) of `counts` (parse_pipeline_split's); saturate::Error when they do
+/// not add up to the model's `layers`.
+std::vector<std::pair<int64_t, int64_t>> spans_of_layer_counts(const std::vector<int64_t>& counts,
+                                                               int64_t layers);
+
 /// One layer of a model's chain as profile_layers() measured it.
 struct LayerCost {
   double ms = 0;                 ///< forward and backward of the layer, median of the repeats

@@ -39,6 +39,9 @@ struct JobOutcome {
   /// Of a validating run: its validation accuracy and mean loss (NaN when not measured).
   double val_accuracy = std::numeric_limits<double>::quiet_NaN();
   double val_loss = std::numeric_limits<double>::quiet_NaN();
+  /// Of pipeline stages: each stage's layer count as the run cut them ("1,2,2"; RunConfig's
+  /// pipeline_split), empty otherwise.
+  std::string pipeline_split;
 };
 
 class JobRunner {

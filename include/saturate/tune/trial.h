@@ -35,6 +35,10 @@ struct RunConfig {
   int pipeline_stages = 1;
   int64_t micro_batches = 0;
   std::string pipeline_schedule = "1f1b";
+  /// Where the stages are cut (`train --pipeline-split`): "balanced" (profiled when train
+  /// starts), "even", or each stage's layer count ("1,2,2"), which a tune records from the run
+  /// it measured so that train --config cuts where the trial did.
+  std::string pipeline_split = "balanced";
   /// Tensor parallel (`train --tensor-parallel`): the GPT's heads and MLP columns split over
   /// this many processes of each replica, every one taking the whole batch. 1: none. With
   /// pipeline stages each stage is split so (stages × tensor_parallel ranks a replica).

@@ -238,6 +238,11 @@ RoundsEnd run_rounds(Plan& plan, std::vector<Candidate>& candidates, const Ranks
       }
       c.job_samples_per_s.push_back(out.job_samples_per_s);
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, out.peak_memory_bytes);
+      // Stages cut where the first run cut them (its balanced profile) in every later run and
+      // in the plan: another profile could cut elsewhere, at another speed and memory.
+      if (c.config.pipeline_stages > 1 && c.config.pipeline_split == "balanced" &&
+          !out.pipeline_split.empty())
+        c.config.pipeline_split = out.pipeline_split;
       c.over_memory = memory_target > 0 && c.limited_bytes() > memory_target;
     }
   }

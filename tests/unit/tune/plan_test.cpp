@@ -219,12 +219,24 @@ TEST(Plan, Issue19_TensorParallelIsReadWrittenAndChecked) {
                         "config.world_size (2)");
   j["config"]["world_size"] = 8;
   j["config"]["micro_batches"] = 4;
+  // Where the stages are cut: balanced unless the plan says; each stage's layer count, one per
+  // stage, round-trips.
+  EXPECT_EQ(plan_from_json(j, "p.json").config.pipeline_split, "balanced");
+  j["config"]["pipeline_split"] = "3,1";
+  EXPECT_EQ(to_json(plan_from_json(j, "p.json"))["config"]["pipeline_split"], "3,1");
+  j["config"]["pipeline_split"] = "3,1,1";
+  EXPECT_CONTAINS(error_of([&] { plan_from_json(j, "plan.json"); }),
+                  "plan.json: config.pipeline_split: '3,1,1' gives more stages' layer counts for 2 stages");
+  j["config"]["pipeline_split"] = "3,x";
+  EXPECT_CONTAINS(error_of([&] { plan_from_json(j, "plan.json"); }),
+                  "config.pipeline_split: '3,x' is not a split");
+  j["config"]["pipeline_split"] = "even";
   const Plan both_ok = plan_from_json(j, "p.json");
   EXPECT_EQ(both_ok.config.ranks_per_replica(), 4);
   EXPECT_EQ(both_ok.config.replicas(), 2);
   EXPECT_CONTAINS(both_ok.config.describe(),
-                  "per replica × 2 replicas, 2 pipeline stages × 4 micro-batches (1f1b) of 2-way "
-                  "tensor parallel");
+                  "per replica × 2 replicas, 2 pipeline stages × 4 micro-batches (1f1b, even "
+                  "split) of 2-way tensor parallel");
 }
 
 TEST(Plan, BadBatchSizeNamesTheFileTheFieldAndTheValue) {

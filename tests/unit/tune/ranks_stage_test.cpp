@@ -200,7 +200,11 @@ namespace saturate {
 // held to), and the stages that ran are taken.
 TEST(RanksStage, Issue19_WhenOneProcessRunsOutOfMemoryThePipelineStagesThatRunAreTaken) {
   auto script = [](int ranks, int) {
-    if (ranks > 1) return ok(ranks == 2 ? 2500 : 2000, int64_t{40} << 20);
+    if (ranks > 1) {
+      JobOutcome o = ok(ranks == 2 ? 2500 : 2000, int64_t{40} << 20);
+      o.pipeline_split = ranks == 2 ? "1,2" : "";
+      return o;
+    }
     JobOutcome o;
     o.status = JobStatus::kFailed;
     o.reason = "rank 0 exited with code 1: CPU out of memory";
@@ -231,6 +235,15 @@ TEST(RanksStage, Issue19_WhenOneProcessRunsOutOfMemoryThePipelineStagesThatRunAr
             std::string::npos)
       << st.why;
   for (const JobRequest& r : jobs.requests) EXPECT_NE(r.config.world_size, 4) << "3 layers";
+  // The stages are cut where the first run's balanced profile cut them, in the second run and
+  // in the plan, so that train --config measures what the tune did.
+  EXPECT_EQ(plan.config.pipeline_split, "1,2");
+  int stage_runs = 0;
+  for (const JobRequest& r : jobs.requests) {
+    if (r.config.pipeline_stages != 2) continue;
+    EXPECT_EQ(r.config.pipeline_split, stage_runs++ == 0 ? "balanced" : "1,2");
+  }
+  EXPECT_EQ(stage_runs, 2);
   // Without memory binding the plan, no stages are tried (and one process is kept).
   ScriptedJobs again([](int ranks, int) { return ok(ranks == 1 ? 3000 : 2500); });
   Plan fits = tuned_plan();
