@@ -13,6 +13,7 @@
 
 #include "saturate/core/error.h"
 #include "saturate/core/units.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/telemetry/phase_timer.h"
@@ -387,7 +388,8 @@ std::vector<std::pair<int64_t, int64_t>> spans_of_layer_counts(const std::vector
   return spans;
 }
 
-std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, int repeats) {
+std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, int repeats,
+                                      DeviceMemory* memory) {
   const int64_t n = model.pipeline_layers();
   SATURATE_CHECK(n > 0, "pipeline: model ", model.name(), " cannot be split into stages by layers");
   SATURATE_CHECK(repeats >= 1, "pipeline: profile repeats must be at least 1");
@@ -399,17 +401,21 @@ std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, in
     for (const at::Tensor& p : layer->parameters()) c.param_bytes += p.numel() * p.element_size();
     std::vector<double> ms;
     at::Tensor out;
+    int64_t held = -1;
     for (int r = 0; r <= repeats; ++r) {  // the first is a warm-up
       const at::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+      out = at::Tensor();
+      const int64_t before = memory != nullptr ? memory->snapshot().live_bytes : 0;
       const Clock::time_point t0 = Clock::now();
       out = layer->forward(in);
+      if (r == 0 && memory != nullptr) held = memory->snapshot().live_bytes - before;
       if (out.requires_grad()) out.backward(torch::ones_like(out));
       if (r > 0) ms.push_back(ms_since(t0));
     }
     for (const at::Tensor& p : layer->parameters()) p.mutable_grad() = at::Tensor();
     std::sort(ms.begin(), ms.end());
     c.ms = ms[ms.size() / 2];
-    c.activation_bytes = out.numel() * out.element_size();
+    c.activation_bytes = std::max<int64_t>(held, out.numel() * out.element_size());
     costs.push_back(c);
     x = out.detach();
   }

@@ -162,7 +162,7 @@ int run_train(const std::vector<std::string>& args) {
   // Pipeline or tensor parallel: this rank trains its stage or its share of the model.
   const ModelParallelRun mp = build_model_parallel(f.pipeline, *model, model_inputs_for(input),
                                                    dp.group.get(), dp.device, opts,
-                                                   recipe.memory_limit_bytes, dp.sync.get());
+                                                   recipe.memory_limit_bytes, dp.sync.get(), memory.get());
   Trainer trainer(*mp.trained, opts, dp.device, memory.get(), mp.sync);
   trainer.set_staged_step(mp.pipe.step.get());
   if (resume) trainer.restore(resume->state);

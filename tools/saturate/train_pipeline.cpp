@@ -148,16 +148,23 @@ namespace {
 // copy of the model, with random inputs (tokens for a language model: the layers' cost does not
 // depend on the values).
 StageSplit profiled_split(const PipelineFlags& f, Model& model, const ModelInputs& inputs,
-                          const TrainOptions& o, int64_t limit) {
+                          const TrainOptions& o, int64_t limit, DeviceMemory* cpu_memory) {
   std::vector<int64_t> shape = {o.batch_size};
   shape.insert(shape.end(), inputs.sample_shape.begin(), inputs.sample_shape.end());
   const at::Tensor x = inputs.tokens ? torch::randint(0, inputs.num_classes, shape, torch::kLong)
                                      : torch::randn(shape);
-  std::vector<LayerCost> costs = profile_layers(model, x, 3);
-  // Split by tensor too: a split layer's work and parameters divide over its shares (the
-  // profile ran on the whole model; the shares' all-reduces are not in it).
-  for (size_t i = 0; i < costs.size() && f.tensor_parallel > 1; ++i) {
-    if (!model.is_tensor_parallel_layer(static_cast<int64_t>(i))) continue;
+  std::vector<LayerCost> costs = profile_layers(model, x, 3, cpu_memory);
+  // 1F1B holds at most S of the M micro-batches' activations at once (the first stage the
+  // most), GPipe all of them: the profile's are the whole batch's.
+  const int64_t m = f.micro_batches > 0 ? f.micro_batches : std::min<int64_t>(4 * f.stages, o.batch_size);
+  const double held = parse_pipeline_schedule(f.schedule) == PipelineSchedule::k1F1B
+                          ? static_cast<double>(std::min<int64_t>(m, f.stages)) / static_cast<double>(m)
+                          : 1.0;
+  for (size_t i = 0; i < costs.size(); ++i) {
+    costs[i].activation_bytes = static_cast<int64_t>(static_cast<double>(costs[i].activation_bytes) * held);
+    // Split by tensor too: a split layer's work and parameters divide over its shares (the
+    // profile ran on the whole model; the shares' all-reduces are not in it).
+    if (f.tensor_parallel < 2 || !model.is_tensor_parallel_layer(static_cast<int64_t>(i))) continue;
     costs[i].ms /= f.tensor_parallel;
     costs[i].param_bytes /= f.tensor_parallel;
   }
@@ -176,6 +183,7 @@ StageSplit profiled_split(const PipelineFlags& f, Model& model, const ModelInput
 std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Model& model,
                                                       const ModelInputs& inputs, DistGroup& group,
                                                       const TrainOptions& o, int64_t limit,
+                                                      DeviceMemory* cpu_memory,
                                                       std::vector<double>& predicted_ms) {
   const int64_t layers = model.pipeline_layers();
   SATURATE_CHECK(layers > 0, "--pipeline-stages: ", model.name(),
@@ -186,7 +194,7 @@ std::vector<std::pair<int64_t, int64_t>> agreed_split(const PipelineFlags& f, Mo
   std::string failed;
   if (group.rank() == 0 && f.split == "balanced") {
     try {
-      const StageSplit split = profiled_split(f, model, inputs, o, limit);
+      const StageSplit split = profiled_split(f, model, inputs, o, limit, cpu_memory);
       spans = split.spans;
       predicted_ms = split.ms;
     } catch (const c10::OutOfMemoryError& e) {
@@ -286,7 +294,8 @@ std::vector<StageReport> gather_stage_reports(const PipelineRun& run, DistGroup&
 ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
                                       const ModelInputs& inputs, DistGroup* group,
                                       const c10::Device& device, const TrainOptions& o,
-                                      int64_t memory_limit_bytes, GradientSync* dp_sync) {
+                                      int64_t memory_limit_bytes, GradientSync* dp_sync,
+                                      DeviceMemory* cpu_memory) {
   ModelParallelRun run;
   run.trained = &model;
   run.sync = dp_sync;
@@ -294,7 +303,9 @@ ModelParallelRun build_model_parallel(const PipelineFlags& f, Model& model,
   SATURATE_ASSERT(group != nullptr, "train: a split model without a process group");
   // The balanced split profiles the whole model, before any tensor split.
   PipelineRun pipe;
-  if (f.on()) pipe.spans = agreed_split(f, model, inputs, *group, o, memory_limit_bytes, pipe.predicted_ms);
+  if (f.on())
+    pipe.spans = agreed_split(f, model, inputs, *group, o, memory_limit_bytes,
+                              device.is_cpu() ? cpu_memory : nullptr, pipe.predicted_ms);
   if (f.tensor_parallel > 1) {
     run.tensor = build_tensor_parallel(f, model, *group);
     run.sync = run.tensor.replicas_sync.get();

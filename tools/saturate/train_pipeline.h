@@ -24,6 +24,7 @@ class App;
 }
 
 namespace saturate {
+class DeviceMemory;
 class DistGroup;
 class Model;
 class GradientSync;
@@ -138,11 +139,13 @@ void agree_split_run(Trainer& trainer, DistGroup* group, int parts,
 std::vector<std::pair<std::string, at::Tensor>> gather_whole_state(const ModelParallelRun& run,
                                                                    Model& whole, DistGroup* group);
 /// Builds it for `flags` (nothing for one rank per replica): `dp_sync` is the run's
-/// data-parallel sync, used as it is when the model is whole on each rank.
+/// data-parallel sync, used as it is when the model is whole on each rank; `cpu_memory` (the
+/// run's, on a CPU) lets the balanced split measure each layer's activations.
 ModelParallelRun build_model_parallel(const PipelineFlags& flags, Model& model,
                                       const ModelInputs& inputs, DistGroup* group,
                                       const c10::Device& device, const TrainOptions& options,
-                                      int64_t memory_limit_bytes, GradientSync* dp_sync);
+                                      int64_t memory_limit_bytes, GradientSync* dp_sync,
+                                      DeviceMemory* cpu_memory = nullptr);
 /// Checks the flags with the plan's settings in and the world, and turns off what a split model
 /// cannot measure yet (the noise scale of a tensor-parallel model's shards).
 void settle_model_parallel(const PipelineFlags& flags, RecipeFlags& recipe,

@@ -28,6 +28,7 @@
 
 namespace saturate {
 
+class DeviceMemory;
 class DistGroup;
 class Model;
 class PhaseTimer;
@@ -56,14 +57,20 @@ std::vector<std::pair<int64_t, int64_t>> spans_of_layer_counts(const std::vector
 /// One layer of a model's chain as profile_layers() measured it.
 struct LayerCost {
   double ms = 0;                 ///< forward and backward of the layer, median of the repeats
-  int64_t activation_bytes = 0;  ///< its output for the profiled batch (held for its backward)
+  /// What its forward leaves held for its backward at the profiled batch: measured (the live
+  /// bytes its forward added: its output and the tensors autograd saved) when profiled with a
+  /// DeviceMemory of the model's device; else its output's size, a lower bound.
+  int64_t activation_bytes = 0;
   int64_t param_bytes = 0;       ///< its parameters
 };
 
 /// Times each layer of `model`'s chain (Model::pipeline_layers) forward and backward with real
 /// steps on `inputs`, one layer at a time, each fed the previous one's output: the median of
-/// `repeats` after one warm-up. saturate::Error for a model that cannot be split.
-std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, int repeats = 5);
+/// `repeats` after one warm-up. With `memory` (of the device the model is on), each layer's
+/// activation bytes are measured in the warm-up. saturate::Error for a model that cannot be
+/// split.
+std::vector<LayerCost> profile_layers(Model& model, const at::Tensor& inputs, int repeats = 5,
+                                      DeviceMemory* memory = nullptr);
 
 /// A split of a chain into stages, with what each stage is predicted to cost.
 struct StageSplit {

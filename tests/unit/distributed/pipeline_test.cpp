@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "saturate/core/error.h"
+#include "saturate/device/device_memory.h"
 #include "saturate/distributed/process_group.h"
 #include "saturate/models/model.h"
 #include "saturate/train/trainer.h"
@@ -152,6 +153,26 @@ TEST(Pipeline, ProfilingALayerChainFindsItsConvolutionsTheHeaviest) {
   EXPECT_EQ(costs[0].activation_bytes, 64 * 32 * 28 * 28 * 4);
   EXPECT_EQ(costs[3].param_bytes, (32 * 64 * 9 + 64) * 4);
   EXPECT_EQ(costs[1].param_bytes, 0);
+  for (at::Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "profiling leaves no gradients";
+}
+
+// The split's memory model needs what a layer's forward leaves for its backward, not only its
+// output: a GPT block saves its LayerNorms' and projections' inputs, the attention's output and
+// the MLP's 4 × wider hidden layer. Measured through the CPU's counting allocator it is several
+// times the block's output (which is all the profile has without a DeviceMemory).
+TEST(Pipeline, Issue19_ProfileMeasuresWhatEachLayerHoldsForItsBackward) {
+  const ModelInputs in{{16}, 50, true};
+  torch::manual_seed(3);
+  auto model = make_model("gpt-mini:layers=1,heads=2,width=64,context=16", in);
+  const at::Tensor x = torch::randint(0, 50, {8, 16});
+  const int64_t output = 8 * 16 * 64 * 4;
+  const auto unmeasured = profile_layers(*model, x, 1);
+  ASSERT_EQ(unmeasured.size(), 3u);
+  EXPECT_EQ(unmeasured[1].activation_bytes, output);
+  auto memory = make_device_memory(c10::Device(c10::kCPU), 0);
+  const auto measured = profile_layers(*model, x, 1, memory.get());
+  EXPECT_GT(measured[1].activation_bytes, 5 * output) << measured[1].activation_bytes;
+  EXPECT_GE(measured[0].activation_bytes, output);
   for (at::Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "profiling leaves no gradients";
 }
 
