@@ -156,7 +156,7 @@ StageSplit profiled_split(const PipelineFlags& f, Model& model, const ModelInput
   std::vector<LayerCost> costs = profile_layers(model, x, 3, cpu_memory);
   // 1F1B holds at most S of the M micro-batches' activations at once (the first stage the
   // most), GPipe all of them: the profile's are the whole batch's.
-  const int64_t m = f.micro_batches > 0 ? f.micro_batches : std::min<int64_t>(4 * f.stages, o.batch_size);
+  const int64_t m = f.micro_batches_at(o.batch_size);
   const double held = parse_pipeline_schedule(f.schedule) == PipelineSchedule::k1F1B
                           ? static_cast<double>(std::min<int64_t>(m, f.stages)) / static_cast<double>(m)
                           : 1.0;
@@ -248,8 +248,7 @@ PipelineRun build_pipeline(const PipelineFlags& f, Model& model, DistGroup& grou
   SATURATE_CHECK(run.stage != nullptr, "--pipeline-stages: ", model.name(),
                  " cannot be split into stages by layers");
   const int64_t freed = release_other_layers(model, *run.stage);
-  run.micro_batches =
-      f.micro_batches > 0 ? f.micro_batches : std::min<int64_t>(4 * f.stages, o.batch_size);
+  run.micro_batches = f.micro_batches_at(o.batch_size);
   PipelineOptions po;
   po.micro_batches = run.micro_batches;
   po.schedule = parse_pipeline_schedule(f.schedule);

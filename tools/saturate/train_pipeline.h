@@ -48,6 +48,11 @@ struct PipelineFlags {
   std::string split = "balanced";  ///< balanced (profiled) | even (by layer count)
   int tensor_parallel = 1;         ///< --tensor-parallel T: the GPT's heads over T ranks
   bool on() const { return stages > 1; }
+  /// The micro-batches a step of `batch` samples runs as: --micro-batches, else min(4 × stages,
+  /// the batch).
+  int64_t micro_batches_at(int64_t batch) const {
+    return micro_batches > 0 ? micro_batches : std::min<int64_t>(4 * stages, batch);
+  }
   /// Ranks that hold one replica of the model between them.
   int ranks_per_replica() const { return std::max(1, stages) * std::max(1, tensor_parallel); }
 };

@@ -207,10 +207,10 @@ class Trainer {
 
  private:
   struct State;
-  class FitLoop;
+  class FitLoop;  // one fit(): the step loop and what it tracks between steps
   // fp16: the loss scaler's count of non-finite gradients summed over the stages and tensor
   // shares this process's model is split with, so that all skip alike.
-  void agree_on_found_inf();  // one fit(): the step loop and what it tracks between steps
+  void agree_on_found_inf();
   // One optimizer step on a batch already on the device: micro-batches under autocast, scaled
   // backward, (scaled) optimizer step. Marks forward/backward/optimizer on `timer` (may be
   // null), sets loss scale and the skipped flag, and returns the step's loss as a device

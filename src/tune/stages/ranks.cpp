@@ -68,19 +68,17 @@ RunConfig as_one_replica(const RunConfig& c, int ranks, int threads) {
   return out;
 }
 
-// ... as `stages` pipeline stages (the pipeline's micro-batches hold the memory down).
-RunConfig as_pipeline(const RunConfig& c, int stages, int threads) {
-  RunConfig out = as_one_replica(c, stages, threads);
-  out.pipeline_stages = stages;
-  out.micro_batches = std::min<int64_t>(4 * stages, out.train.batch_size);
-  out.pipeline_schedule = "1f1b";
-  return out;
-}
-
-// ... split by tensor, every process taking the whole batch.
-RunConfig as_tensor_parallel(const RunConfig& c, int ranks, int threads) {
-  RunConfig out = as_one_replica(c, ranks, threads);
-  out.tensor_parallel = ranks;
+// ... as `stages` pipeline stages (the pipeline's micro-batches hold the memory down), each
+// split by tensor over `shares` processes that all take the whole batch: stages × shares
+// processes.
+RunConfig as_split(const RunConfig& c, int stages, int shares, int threads) {
+  RunConfig out = as_one_replica(c, stages * shares, threads);
+  if (stages > 1) {
+    out.pipeline_stages = stages;
+    out.micro_batches = std::min<int64_t>(4 * stages, out.train.batch_size);
+    out.pipeline_schedule = "1f1b";
+  }
+  out.tensor_parallel = shares;
   return out;
 }
 
@@ -88,15 +86,15 @@ bool dp_allowed(const RanksStageOptions& o) {
   return o.cores >= 2 && o.max_ranks >= 2 && !o.model_has_buffers;
 }
 
-// The plan as one replica split over `ranks` processes sharing the cores: as pipeline stages, or
-// by tensor.
-Candidate split_candidate(const RunConfig& tuned, const RanksStageOptions& o, int ranks, bool pipeline) {
+// The plan as one replica split over stages × shares processes sharing the cores.
+Candidate split_candidate(const RunConfig& tuned, const RanksStageOptions& o, int stages, int shares) {
   Candidate c;
-  c.ranks = ranks;
-  c.pipeline = pipeline;
-  c.tensor = !pipeline;
-  c.threads = std::max(1, o.cores / ranks);
-  c.config = pipeline ? as_pipeline(tuned, ranks, c.threads) : as_tensor_parallel(tuned, ranks, c.threads);
+  c.ranks = stages * shares;
+  c.pipeline = stages > 1;
+  c.tensor = shares > 1;
+  c.shares = shares;
+  c.threads = std::max(1, o.cores / c.ranks);
+  c.config = as_split(tuned, stages, shares, c.threads);
   return c;
 }
 
@@ -105,7 +103,7 @@ void add_pipelines(const RunConfig& tuned, const RanksStageOptions& o, std::vect
   const int64_t global = tuned.train.batch_size * tuned.world_size;
   const int most = static_cast<int>(std::min<int64_t>(o.max_ranks, o.pipeline_layers));
   for (int stages = 2; stages <= most && stages <= global; stages *= 2)
-    out.push_back(split_candidate(tuned, o, stages, /*pipeline=*/true));
+    out.push_back(split_candidate(tuned, o, stages, /*shares=*/1));
 }
 
 // Split by tensor; and, where the model's chain splits too, stages of shares.
@@ -113,24 +111,13 @@ void add_tensor_parallel(const RunConfig& tuned, const RanksStageOptions& o,
                          std::vector<Candidate>& out) {
   const TrainOptions& t = tuned.train;
   if (!o.user_did_not_fit || t.adaptive_batch) return;
-  const int most = o.max_ranks;
-  for (int ranks : o.tensor_parallel_sizes)
-    if (ranks <= most) out.push_back(split_candidate(tuned, o, ranks, /*pipeline=*/false));
   const int64_t global = t.batch_size * tuned.world_size;
-  for (int shares : o.tensor_parallel_sizes) {
-    for (int stages = 2; shares > 1 && stages * shares <= most && stages <= o.pipeline_layers &&
-                         stages <= global; stages *= 2) {
-      Candidate c = split_candidate(tuned, o, stages, /*pipeline=*/true);
-      c.tensor = true;
-      c.shares = shares;
-      c.ranks = stages * shares;
-      c.threads = std::max(1, o.cores / c.ranks);
-      c.config = as_pipeline(tuned, stages, c.threads);
-      c.config.tensor_parallel = shares;
-      c.config.world_size = c.ranks;
-      out.push_back(c);
-    }
-  }
+  for (int shares : o.tensor_parallel_sizes)
+    if (shares <= o.max_ranks) out.push_back(split_candidate(tuned, o, /*stages=*/1, shares));
+  for (int shares : o.tensor_parallel_sizes)
+    for (int stages = 2; stages * shares <= o.max_ranks && stages <= o.pipeline_layers &&
+                         stages <= global; stages *= 2)
+      out.push_back(split_candidate(tuned, o, stages, shares));
 }
 
 std::vector<Candidate> candidates_for(const RunConfig& tuned, const RanksStageOptions& o) {
